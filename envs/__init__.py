@@ -1,0 +1,19 @@
+"""ragen2 environments (installed as ``ragen2_envs``; depends only on gymnasium and numpy).
+
+Importing this package registers the gymnasium ids below; importing it twice is harmless.
+"""
+
+import gymnasium
+
+from .frozenlake import FrozenLakeTextEnv
+
+__all__ = ["FrozenLakeTextEnv", "ENV_IDS"]
+
+#: gymnasium id -> entry point, for every environment this package registers.
+ENV_IDS = {
+    "ragen2/FrozenLake-v0": "ragen2_envs.frozenlake:FrozenLakeTextEnv",
+}
+
+for _env_id, _entry_point in ENV_IDS.items():
+    if _env_id not in gymnasium.registry:
+        gymnasium.register(id=_env_id, entry_point=_entry_point)

@@ -1,0 +1,330 @@
+"""Text FrozenLake: ``ragen2/FrozenLake-v0``.
+
+A square lake of frozen ice with random holes. The agent reads a plain-text board and answers
+with one word (``Left``, ``Down``, ``Right``, ``Up``). Every map is solvable by construction.
+
+Observation (size 4, example)::
+
+    _ _ O _
+    P _ _ _
+    _ O _ G
+    _ _ _ _
+    You are at row 2, column 1. The goal is at row 3, column 4.
+
+Symbols: ``P`` player, ``G`` goal, ``O`` hole, ``_`` frozen ice; rows and columns are 1-based.
+After the episode ends the board shows the final state:
+
+* goal reached: ``P`` is drawn on the goal cell and the last line is
+  ``You are at row R, column C. You reached the goal.``
+* fell into a hole: ``X`` is drawn on the hole cell and the last line is
+  ``You are at row R, column C. You fell into a hole.``
+
+An invalid action leaves the state unchanged and prefixes the board with one line:
+``Invalid action 'xyz'. Valid actions: Left, Down, Right, Up.``
+"""
+
+from __future__ import annotations
+
+import string
+from numbers import Real
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from .grid import ACTION_NAMES, PERPENDICULAR, bfs_path, move, parse_action, render_rows
+
+__all__ = ["FrozenLakeTextEnv"]
+
+# Characters that may appear in an observation (board, status line, echoed invalid action).
+_ECHO_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
+OBS_CHARSET = _ECHO_CHARSET + "\n"
+ACTION_CHARSET = _ECHO_CHARSET
+_MAX_ECHO = 30  # longest invalid action echoed back verbatim
+_MAX_ATTEMPTS = 200  # random maps tried before carving a path (see _generate_map)
+
+SYM_PLAYER, SYM_GOAL, SYM_HOLE, SYM_ICE, SYM_PLAYER_IN_HOLE = "P", "G", "O", "_", "X"
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_bool(x: Any) -> bool:
+    return isinstance(x, (bool, np.bool_))
+
+
+def _is_real(x: Any) -> bool:
+    return isinstance(x, Real) and not isinstance(x, (bool, np.bool_))
+
+
+class FrozenLakeTextEnv(gym.Env):
+    """FrozenLake with text observations and one-word text actions.
+
+    Args:
+        size: side of the square lake, an int >= 2.
+        hole_prob: probability that a cell is a hole, in [0, 0.9).
+        is_slippery: if True, a move may slip sideways (see ``slip_prob``).
+        slip_prob: with ``is_slippery``, probability in [0, 1] that the intended move is replaced
+            by one of its two perpendicular moves (each with ``slip_prob / 2``), drawn from
+            ``self.np_random``.
+        max_steps: the episode is truncated once this many ``step`` calls (valid or not) were made.
+        random_start_goal: draw start and goal cells at random per seed; if False the start is
+            the top-left cell and the goal the bottom-right cell.
+        render_mode: None or ``"ansi"`` (``render()`` then returns the observation text).
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    #: every action word the env accepts (used e.g. to make warm-start demonstrations imperfect)
+    valid_actions: tuple[str, ...] = ACTION_NAMES
+
+    def __init__(
+        self,
+        size: int = 4,
+        hole_prob: float = 0.2,
+        is_slippery: bool = False,
+        slip_prob: float = 1.0 / 3.0,
+        max_steps: int = 100,
+        random_start_goal: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        if not _is_int(size) or size < 2:
+            raise ValueError(f"size must be an int >= 2, got {size!r}")
+        if not _is_real(hole_prob) or not 0.0 <= hole_prob < 0.9:
+            raise ValueError(f"hole_prob must be a number in [0, 0.9), got {hole_prob!r}")
+        if not _is_bool(is_slippery):
+            raise ValueError(f"is_slippery must be a bool (True or False), got {is_slippery!r}")
+        if not _is_real(slip_prob) or not 0.0 <= slip_prob <= 1.0:
+            raise ValueError(f"slip_prob must be a number in [0, 1], got {slip_prob!r}")
+        if not _is_int(max_steps) or max_steps < 1:
+            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+        if not _is_bool(random_start_goal):
+            raise ValueError(
+                f"random_start_goal must be a bool (True or False), got {random_start_goal!r}"
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+
+        self.size = int(size)
+        self.hole_prob = float(hole_prob)
+        self.is_slippery = bool(is_slippery)
+        self.slip_prob = float(slip_prob)
+        self.max_steps = int(max_steps)
+        self.random_start_goal = bool(random_start_goal)
+        self.render_mode = render_mode
+
+        n = self.size
+        # Board: n rows of (2n - 1) chars + newlines; status line <= ~80 chars for 4-digit sizes;
+        # invalid-action note <= ~100 chars. Generous slack on top.
+        self.observation_space = spaces.Text(
+            max_length=2 * n * n + 256, min_length=1, charset=OBS_CHARSET
+        )
+        self.action_space = spaces.Text(max_length=64, min_length=0, charset=ACTION_CHARSET)
+
+        self.instructions: str = self._make_instructions()
+
+        # State, set by reset().
+        self._holes: np.ndarray | None = None  # bool (n, n), True where a hole is
+        self._start: tuple[int, int] | None = None
+        self._goal: tuple[int, int] | None = None
+        self._player: tuple[int, int] | None = None
+        self._steps = 0
+        self._terminated = False
+        self._truncated = False
+        self._success = False
+        self._in_hole = False
+
+    # ------------------------------------------------------------------ text
+    def _make_instructions(self) -> str:
+        lines = [
+            "A frozen lake grid: P is you, G is the goal, O is a hole, _ is ice. "
+            "Rows and columns count from 1 at the top left.",
+            "Actions: Left, Down, Right, Up; each moves you one cell, the edge blocks. "
+            "Reaching G gives reward 1; stepping onto O ends the game (shown as X).",
+        ]
+        if self.is_slippery and self.slip_prob > 0:
+            lines.append(
+                f"The ice is slippery: with probability {self.slip_prob:.2f} a move goes in one of "
+                "the two perpendicular directions instead."
+            )
+        return "\n".join(lines)
+
+    def _board_text(self) -> str:
+        assert self._holes is not None and self._player is not None and self._goal is not None
+        n = self.size
+        rows = [[SYM_HOLE if self._holes[r, c] else SYM_ICE for c in range(n)] for r in range(n)]
+        gr, gc = self._goal
+        rows[gr][gc] = SYM_GOAL
+        pr, pc = self._player
+        rows[pr][pc] = SYM_PLAYER_IN_HOLE if self._in_hole else SYM_PLAYER
+        return render_rows(rows)
+
+    def _status_text(self) -> str:
+        pr, pc = self._player  # type: ignore[misc]
+        where = f"You are at row {pr + 1}, column {pc + 1}."
+        if self._success:
+            return f"{where} You reached the goal."
+        if self._in_hole:
+            return f"{where} You fell into a hole."
+        gr, gc = self._goal  # type: ignore[misc]
+        return f"{where} The goal is at row {gr + 1}, column {gc + 1}."
+
+    def _observation(self) -> str:
+        return f"{self._board_text()}\n{self._status_text()}"
+
+    @staticmethod
+    def _invalid_note(action: Any) -> str:
+        text = action if isinstance(action, str) else repr(action)
+        text = "".join(ch if ch in _ECHO_CHARSET else "?" for ch in text)
+        if len(text) > _MAX_ECHO:
+            text = text[:_MAX_ECHO] + "..."
+        return f"Invalid action '{text}'. Valid actions: {', '.join(ACTION_NAMES)}."
+
+    # ------------------------------------------------------------------ map
+    def _generate_map(self) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
+        """Random holes, distinct start/goal that are not holes, retried until BFS finds a path.
+
+        After ``_MAX_ATTEMPTS`` unsolvable draws (only plausible for large lakes with hole_prob
+        near 0.9) the last draw is made solvable by clearing the holes on a random monotone
+        staircase path from start to goal. Everything uses ``self.np_random``, so a seed fixes
+        the map.
+        """
+        rng = self.np_random
+        n = self.size
+        holes = np.zeros((n, n), dtype=bool)
+        start, goal = (0, 0), (n - 1, n - 1)
+        for _ in range(_MAX_ATTEMPTS):
+            holes = rng.random((n, n)) < self.hole_prob
+            if self.random_start_goal:
+                s, g = rng.choice(n * n, size=2, replace=False)
+                start, goal = divmod(int(s), n), divmod(int(g), n)
+            holes[start] = False
+            holes[goal] = False
+            if bfs_path(holes, start, goal, passable=_not_hole) is not None:
+                return holes, start, goal
+        # Fallback: carve a staircase path (moves toward the goal in random row/column order).
+        r, c = start
+        gr, gc = goal
+        moves = ["r"] * abs(gr - r) + ["c"] * abs(gc - c)
+        rng.shuffle(moves)
+        for m in moves:
+            if m == "r":
+                r += 1 if gr > r else -1
+            else:
+                c += 1 if gc > c else -1
+            holes[r, c] = False
+        return holes, start, goal
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._holes, self._start, self._goal = self._generate_map()
+        self._player = self._start
+        self._steps = 0
+        self._terminated = False
+        self._truncated = False
+        self._success = False
+        self._in_hole = False
+        info = {"instructions": self.instructions, "success": False, "action_is_valid": True}
+        return self._observation(), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._player is None:
+            raise RuntimeError("FrozenLakeTextEnv.step() called before reset()")
+        name = parse_action(action)
+        valid = name is not None
+
+        if self._terminated or self._truncated:
+            # Episode already over: no-op, same flags, zero reward.
+            obs = self._observation()
+            if not valid:
+                obs = f"{self._invalid_note(action)}\n{obs}"
+            info = self._info(valid, None)
+            return obs, 0.0, self._terminated, self._truncated, info
+
+        self._steps += 1
+        reward = 0.0
+        effective = None
+        if valid:
+            effective = name
+            if self.is_slippery and self.slip_prob > 0 and self.np_random.random() < self.slip_prob:
+                effective = PERPENDICULAR[name][int(self.np_random.integers(2))]
+            self._player = move(self._player, effective, self.size, self.size)
+            if self._player == self._goal:
+                self._terminated = True
+                self._success = True
+                reward = 1.0
+            elif self._holes[self._player]:  # type: ignore[index]
+                self._terminated = True
+                self._in_hole = True
+        if not self._terminated and self._steps >= self.max_steps:
+            self._truncated = True
+
+        obs = self._observation()
+        if not valid:
+            obs = f"{self._invalid_note(action)}\n{obs}"
+        return obs, reward, self._terminated, self._truncated, self._info(valid, effective)
+
+    def _info(self, valid: bool, effective: str | None) -> dict[str, Any]:
+        return {
+            "success": bool(self._success),
+            "action_is_valid": bool(valid),
+            "effective_action": effective,  # direction actually taken (after a slip), or None
+            "steps": self._steps,
+        }
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi" and self._player is not None:
+            return self._observation()
+        return None
+
+    # ------------------------------------------------------------------ expert hook
+    def demonstration(self) -> tuple[str, str]:
+        """(reasoning, action) for the current state; the action is the first BFS shortest-path move.
+
+        Ties between shortest paths are broken in the order Left, Down, Right, Up (see
+        :func:`ragen2_envs.grid.bfs_path`).
+        """
+        if self._player is None:
+            raise RuntimeError("demonstration() called before reset()")
+        if self._terminated or self._truncated:
+            raise RuntimeError("demonstration() called after the episode ended")
+        path = bfs_path(self._holes, self._player, self._goal, passable=_not_hole)  # type: ignore[arg-type]
+        if not path:  # unreachable: maps are solvable and the player only stands on safe cells
+            raise RuntimeError("no path to the goal from the current state")
+        action = path[0]
+        pr, pc = self._player
+        gr, gc = self._goal  # type: ignore[misc]
+        reasoning = (
+            f"I am at row {pr + 1}, column {pc + 1}. The goal is at row {gr + 1}, column {gc + 1}. "
+            f"The shortest safe path starts {action}."
+        )
+        return reasoning, action
+
+    # ------------------------------------------------------------------ read-only state
+    @property
+    def player_pos(self) -> tuple[int, int] | None:
+        """0-based (row, col) of the player, None before reset."""
+        return self._player
+
+    @property
+    def goal_pos(self) -> tuple[int, int] | None:
+        """0-based (row, col) of the goal, None before reset."""
+        return self._goal
+
+    @property
+    def start_pos(self) -> tuple[int, int] | None:
+        """0-based (row, col) of the start cell, None before reset."""
+        return self._start
+
+    @property
+    def holes(self) -> np.ndarray | None:
+        """Copy of the (size, size) bool hole mask, None before reset."""
+        return None if self._holes is None else self._holes.copy()
+
+
+def _not_hole(cell: Any) -> bool:
+    return not bool(cell)

@@ -1,0 +1,143 @@
+"""Shared helpers for text gridworlds (FrozenLake now, Sokoban later).
+
+Pure functions on plain Python data, no gymnasium. Conventions:
+
+* A grid is any sequence of rows indexable as ``grid[r][c]`` (list of strings, list of lists,
+  2-D numpy array...). Positions are 0-based ``(row, col)`` tuples; row 0 is the top row.
+  Only the *rendered text* uses 1-based rows and columns.
+* The four moves are, in this fixed order, ``Left, Down, Right, Up`` (the order of gymnasium's
+  FrozenLake action ids 0..3). That order is also the BFS tie-break order, see :func:`bfs_path`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Sequence
+
+Pos = tuple[int, int]
+
+#: Direction table: action name -> (d_row, d_col). Dict order is the canonical action order.
+DIRECTIONS: dict[str, Pos] = {
+    "Left": (0, -1),
+    "Down": (1, 0),
+    "Right": (0, 1),
+    "Up": (-1, 0),
+}
+
+#: Action names in canonical order.
+ACTION_NAMES: tuple[str, ...] = tuple(DIRECTIONS)
+
+#: For each action, the two perpendicular actions (in canonical order).
+PERPENDICULAR: dict[str, tuple[str, str]] = {
+    "Left": ("Down", "Up"),
+    "Down": ("Left", "Right"),
+    "Right": ("Down", "Up"),
+    "Up": ("Left", "Right"),
+}
+
+_LOWER_TO_NAME = {name.lower(): name for name in ACTION_NAMES}
+
+
+def parse_action(text: Any) -> str | None:
+    """Canonical action name for ``text``, or None if it is not one.
+
+    Case-insensitive; surrounding whitespace and one trailing period are ignored, so
+    ``" down. "`` -> ``"Down"``. Non-strings -> None.
+    """
+    if not isinstance(text, str):
+        return None
+    word = text.strip()
+    if word.endswith("."):
+        word = word[:-1].rstrip()
+    return _LOWER_TO_NAME.get(word.lower())
+
+
+def in_bounds(pos: Pos, n_rows: int, n_cols: int) -> bool:
+    """Whether ``pos`` lies inside an ``n_rows`` x ``n_cols`` grid."""
+    return 0 <= pos[0] < n_rows and 0 <= pos[1] < n_cols
+
+
+def neighbor(pos: Pos, action: str) -> Pos:
+    """The cell one step from ``pos`` in direction ``action`` (may lie outside the grid)."""
+    dr, dc = DIRECTIONS[action]
+    return (pos[0] + dr, pos[1] + dc)
+
+
+def move(pos: Pos, action: str, n_rows: int, n_cols: int) -> Pos:
+    """``pos`` moved one step by ``action``; a move off the grid (into a wall) leaves it in place."""
+    nxt = neighbor(pos, action)
+    return nxt if in_bounds(nxt, n_rows, n_cols) else pos
+
+
+def _shape(grid: Sequence[Sequence[Any]]) -> tuple[int, int]:
+    n_rows = len(grid)
+    n_cols = len(grid[0]) if n_rows else 0
+    return n_rows, n_cols
+
+
+def bfs_distances(
+    grid: Sequence[Sequence[Any]],
+    goal: Pos,
+    passable: Callable[[Any], bool],
+    start: Pos | None = None,
+) -> dict[Pos, int]:
+    """Shortest number of moves from each reachable cell to ``goal`` (4-neighbour BFS).
+
+    A cell can be stood on if ``passable(grid[r][c])`` is true; ``goal`` and ``start`` (if given)
+    always count as standable, whatever their content. Only cells that can reach the goal appear.
+    """
+    n_rows, n_cols = _shape(grid)
+    dist: dict[Pos, int] = {goal: 0}
+    queue: deque[Pos] = deque([goal])
+    while queue:
+        cur = queue.popleft()
+        for action in ACTION_NAMES:
+            prev = neighbor(cur, action)
+            if prev in dist or not in_bounds(prev, n_rows, n_cols):
+                continue
+            if prev != start and not passable(grid[prev[0]][prev[1]]):
+                continue
+            dist[prev] = dist[cur] + 1
+            queue.append(prev)
+    return dist
+
+
+def bfs_path(
+    grid: Sequence[Sequence[Any]],
+    start: Pos,
+    goal: Pos,
+    passable: Callable[[Any], bool],
+) -> list[str] | None:
+    """Shortest 4-neighbour path from ``start`` to ``goal`` as action names, or None if unreachable.
+
+    ``passable(cell_value)`` decides which cells may be entered; ``start`` and ``goal`` are always
+    allowed whatever they contain (the start may hold the player symbol, the goal a goal symbol).
+    Moves never leave the grid. ``start == goal`` gives ``[]``.
+
+    Tie-break (deterministic): among all shortest paths, the one whose action sequence is
+    lexicographically smallest under the order ``Left < Down < Right < Up`` -- i.e. at every step
+    the first action in that order that keeps the path shortest.
+    """
+    n_rows, n_cols = _shape(grid)
+    if not (in_bounds(start, n_rows, n_cols) and in_bounds(goal, n_rows, n_cols)):
+        raise ValueError(f"start {start} and goal {goal} must lie inside the {n_rows}x{n_cols} grid")
+    dist = bfs_distances(grid, goal, passable, start=start)
+    if start not in dist:
+        return None
+    path: list[str] = []
+    cur = start
+    while cur != goal:
+        for action in ACTION_NAMES:
+            nxt = neighbor(cur, action)
+            if dist.get(nxt) == dist[cur] - 1:
+                path.append(action)
+                cur = nxt
+                break
+        else:  # pragma: no cover - impossible if dist is a BFS distance map
+            raise RuntimeError("inconsistent BFS distance map")
+    return path
+
+
+def render_rows(rows: Sequence[Sequence[str]]) -> str:
+    """Render a grid of one-character symbols: symbols separated by single spaces, one row per line."""
+    return "\n".join(" ".join(row) for row in rows)

@@ -1,0 +1,64 @@
+"""Reduce a per-token loss matrix to a scalar.
+
+All modes take ``loss_mat`` and ``mask`` of shape (B, T) (mask is 1.0 on tokens that count, i.e.
+generated tokens, and 0.0 on prompt/observation/padding tokens) and return a 0-dim tensor.
+
+Global denominators (``num_tokens`` / ``num_seqs``)
+---------------------------------------------------
+When one logical batch is split into micro-batches (gradient accumulation) and across
+data-parallel ranks, pass the token count / sequence count of the *whole* batch (summed over all
+micro-batches and ranks). Every mode is then a plain sum over tokens/rows divided by a constant,
+so summing the per-micro-batch losses (and all-reducing gradients with SUM) gives exactly the
+full-batch value. With the local defaults, averaging micro-batch losses would instead weight
+short micro-batches too heavily.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def _denominator(value: int | float | Tensor | None, default: Tensor) -> Tensor:
+    """The denominator to use, clamped to >= 1 so an empty (all-masked) batch gives 0, not NaN."""
+    denom = default if value is None else torch.as_tensor(value, dtype=default.dtype, device=default.device)
+    return denom.clamp(min=1.0)
+
+
+def aggregate_loss(
+    loss_mat: Tensor,
+    mask: Tensor,
+    mode: str,
+    *,
+    num_tokens: int | float | Tensor | None = None,
+    num_seqs: int | float | Tensor | None = None,
+) -> Tensor:
+    """Aggregate a (B, T) per-token loss into a scalar.
+
+    Args:
+        loss_mat: (B, T) per-token loss.
+        mask: (B, T) float, 1.0 where the token counts; masked-out entries are ignored even if
+            inf/NaN.
+        mode: one of ``LOSS_AGG_MODES``:
+            - "token-mean":          sum_{b,t} L*m / N_tok,  N_tok defaults to sum(m).
+            - "seq-mean-token-mean": sum_b [ sum_t (L*m)_b / max(sum_t m_b, 1) ] / N_seq.
+            - "seq-mean-token-sum":  sum_b sum_t (L*m)_b / N_seq.
+            N_seq defaults to the number of rows with at least one masked-in token.
+        num_tokens: optional global token count (see module docstring); used by "token-mean".
+        num_seqs: optional global sequence count; used by the two "seq-mean-*" modes.
+
+    Denominators are clamped to >= 1. Raises ValueError for an unknown mode.
+    """
+    mask = mask.to(loss_mat.dtype)
+    # where, not multiply: an inf/NaN on a masked-out position must not leak into the sum.
+    masked = torch.where(mask > 0, loss_mat, torch.zeros_like(loss_mat))
+    if mode == "token-mean":
+        return masked.sum() / _denominator(num_tokens, mask.sum())
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        seq_tokens = mask.sum(dim=-1)  # (B,)
+        seq_sum = masked.sum(dim=-1)  # (B,)
+        per_seq = seq_sum / seq_tokens.clamp(min=1.0) if mode == "seq-mean-token-mean" else seq_sum
+        return per_seq.sum() / _denominator(num_seqs, (seq_tokens > 0).to(loss_mat.dtype).sum())
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}")

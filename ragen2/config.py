@@ -1,0 +1,345 @@
+"""The typed configuration schema and its validation.
+
+Every config group in ``configs/`` is merged onto these dataclasses (registered in Hydra's
+ConfigStore as ``ragen2_schema``), so an unknown key or a wrong type fails while Hydra composes the
+config. Range checks live in each dataclass's ``validate``; :func:`validate_config` runs them all
+before any work starts and raises :class:`ConfigError` naming the key, the value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value is out of range or inconsistent; the message names key, value and rule."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"invalid config value {key}={value!r}: {allowed}")
+
+
+def _check(cond: bool, key: str, value: Any, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(key, value, allowed)
+
+
+def _positive(obj: Any, prefix: str, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        _check(v > 0, f"{prefix}.{n}", v, "must be > 0")
+
+
+def _choice(obj: Any, prefix: str, name: str, allowed: tuple[str, ...] | list[str]) -> None:
+    v = getattr(obj, name)
+    _check(v in allowed, f"{prefix}.{name}", v, "allowed: " + ", ".join(allowed))
+
+
+@dataclass
+class EnvConfig:
+    """The Gymnasium environment: any registered id, or ``<module>:<id>`` to import a user module."""
+
+    id: str = "ragen2/FrozenLake-v0"
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
+
+    def validate(self, p: str) -> None:
+        _check(bool(self.id.strip()), f"{p}.id", self.id, "a Gymnasium env id")
+
+
+@dataclass
+class TinySpecConfig:
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 512
+    vocab_size: int = 1024
+    max_position_embeddings: int = 2048
+    seed: int = 0
+
+    def validate(self, p: str) -> None:
+        _positive(self, p, "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                  "intermediate_size", "vocab_size", "max_position_embeddings")
+
+
+@dataclass
+class ModelConfig:
+    """``path: null`` builds the tiny offline model; otherwise a local HF directory or hub name."""
+
+    name: str = "tiny"
+    path: Optional[str] = None
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    tiny: TinySpecConfig = field(default_factory=TinySpecConfig)
+    cache_dir: Optional[str] = None  # tiny-model cache; default $RAGEN2_CACHE or ~/.cache/ragen2
+
+    def validate(self, p: str) -> None:
+        _choice(self, p, "dtype", ("float32", "bfloat16", "float16"))
+        self.tiny.validate(f"{p}.tiny")
+
+
+@dataclass
+class EngineConfig:
+    """The generation engine (registry ``ragen2.engines.ENGINES``) and its sampling settings."""
+
+    name: str = "hf"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])
+
+    def validate(self, p: str) -> None:
+        from ragen2.engines import ENGINES
+
+        _choice(self, p, "name", ENGINES.names())
+        _check(self.temperature >= 0, f"{p}.temperature", self.temperature, "must be >= 0")
+        _check(0 < self.top_p <= 1, f"{p}.top_p", self.top_p, "must be in (0, 1]")
+        _positive(self, p, "max_new_tokens")
+
+
+@dataclass
+class RolloutConfig:
+    """One step collects ``env_groups x group_size`` episodes; a group shares its env seed."""
+
+    env_groups: int = 8
+    group_size: int = 8
+    max_turns: int = 6
+    num_workers: int = 1
+    format_penalty: float = -0.1
+    max_context_tokens: int = 1536
+
+    def validate(self, p: str) -> None:
+        _positive(self, p, "env_groups", "group_size", "max_turns", "num_workers",
+                  "max_context_tokens")
+        _check(self.format_penalty <= 0, f"{p}.format_penalty", self.format_penalty, "must be <= 0")
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimator, policy loss and regularisers (registries in ``ragen2.algos``)."""
+
+    name: str = "grpo"
+    adv_estimator: str = "grpo"  # grpo | gae
+    norm_adv_by_std: bool = True
+    gamma: float = 1.0
+    lam: float = 1.0
+    policy_loss: str = "ppo_clip"
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    dual_clip_c: Optional[float] = 3.0
+    loss_agg_mode: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    ppo_epochs: int = 1
+    ppo_mini_batches: int = 1
+    micro_batch_size: int = 16  # memory only: never changes the maths
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    critic_lr: float = 5e-4
+    value_clip: Optional[float] = 0.2
+    value_coef: float = 1.0
+
+    def validate(self, p: str) -> None:
+        from ragen2.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+
+        _choice(self, p, "adv_estimator", ADVANTAGE_ESTIMATORS.names())
+        _choice(self, p, "policy_loss", POLICY_LOSSES.names())
+        _choice(self, p, "loss_agg_mode", LOSS_AGG_MODES)
+        _choice(self, p, "kl_estimator", KL_ESTIMATORS)
+        for n in ("gamma", "lam"):
+            v = getattr(self, n)
+            _check(0 <= v <= 1, f"{p}.{n}", v, "must be in [0, 1]")
+        for n in ("clip_ratio_low", "clip_ratio_high"):
+            v = getattr(self, n)
+            _check(0 < v < 10, f"{p}.{n}", v, "must be in (0, 10)")
+        _check(self.dual_clip_c is None or self.dual_clip_c > 1, f"{p}.dual_clip_c",
+               self.dual_clip_c, "null (off) or > 1")
+        for n in ("kl_coef", "entropy_coef", "weight_decay", "value_coef"):
+            v = getattr(self, n)
+            _check(v >= 0, f"{p}.{n}", v, "must be >= 0")
+        _positive(self, p, "ppo_epochs", "ppo_mini_batches", "micro_batch_size", "lr",
+                  "critic_lr", "grad_clip")
+        _check(self.value_clip is None or self.value_clip > 0, f"{p}.value_clip",
+               self.value_clip, "null (off) or > 0")
+
+
+@dataclass
+class FilterConfig:
+    """Group filtering between rollout and update (``none`` keeps every group)."""
+
+    name: str = "none"
+
+    def validate(self, p: str) -> None:
+        from ragen2.filtering import GROUP_FILTERS
+
+        _choice(self, p, "name", GROUP_FILTERS.names())
+
+
+@dataclass
+class MonitorConfig:
+    """Collapse monitoring (the MI monitor arrives with the SNR/MI work)."""
+
+    name: str = "none"
+
+    def validate(self, p: str) -> None:
+        _choice(self, p, "name", ("none",))
+
+
+@dataclass
+class WarmStartConfig:
+    """Behaviour cloning on the env's (deliberately imperfect) expert demonstrations before RL."""
+
+    enabled: bool = True
+    episodes: int = 1024
+    epochs: int = 2
+    batch_size: int = 32
+    lr: float = 1e-3
+    random_action_prob: float = 0.3
+
+    def validate(self, p: str) -> None:
+        _positive(self, p, "episodes", "epochs", "batch_size", "lr")
+        _check(0 <= self.random_action_prob <= 1, f"{p}.random_action_prob",
+               self.random_action_prob, "must be in [0, 1]")
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 40
+    save_every: int = 10  # 0 = only at the end
+    resume: bool = False
+    eval_every: int = 20  # 0 = only before and after RL
+    eval_episodes: int = 128
+    max_skipped_steps: int = 5
+    keep_checkpoints: int = 2
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard", "console"])
+    wandb_project: Optional[str] = None
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def validate(self, p: str) -> None:
+        from ragen2.metrics import SINKS
+
+        _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "keep_checkpoints")
+        for n in ("save_every", "eval_every"):
+            v = getattr(self, n)
+            _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = only at the end)")
+        for s in self.loggers:
+            _check(s in SINKS, f"{p}.loggers", s, "allowed: " + ", ".join(SINKS.names()))
+        self.warm_start.validate(f"{p}.warm_start")
+
+
+@dataclass
+class ClusterConfig:
+    """Where the actors run: Ray address (null = start a local Ray), learner world size, devices."""
+
+    address: Optional[str] = None
+    num_cpus: Optional[int] = None
+    learner_world_size: int = 2
+    device: str = "cpu"
+    backend: str = "gloo"
+    torch_threads: int = 0  # 0 = cores / actors
+
+    def validate(self, p: str) -> None:
+        _positive(self, p, "learner_world_size")
+        _choice(self, p, "device", ("cpu", "cuda"))
+        _choice(self, p, "backend", ("gloo", "nccl"))
+        _check(self.torch_threads >= 0, f"{p}.torch_threads", self.torch_threads, "must be >= 0")
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def validate(self) -> None:
+        _check(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        for f in dataclasses.fields(self):
+            sub = getattr(self, f.name)
+            if hasattr(sub, "validate"):
+                sub.validate(f.name)
+        n_eps = self.rollout.env_groups * self.rollout.group_size
+        _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
+               self.algorithm.ppo_mini_batches,
+               f"at most rollout.env_groups x rollout.group_size = {n_eps}")
+        if self.cluster.device == "cpu":
+            _check(self.cluster.backend == "gloo", "cluster.backend", self.cluster.backend,
+                   "gloo on cluster.device=cpu")
+            _check(self.model.dtype == "float32", "model.dtype", self.model.dtype,
+                   "float32 on cluster.device=cpu (bf16 is ~10x slower on this CPU)")
+
+
+def register_schema() -> None:
+    """Register :class:`Config` in Hydra's ConfigStore (``configs/config.yaml`` builds on it)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="ragen2_schema", node=Config)
+
+
+def to_config(cfg: DictConfig | Config) -> Config:
+    """Turn a composed DictConfig into the typed :class:`Config` and run every range check."""
+    typed = cfg if isinstance(cfg, Config) else OmegaConf.to_object(cfg)
+    if not isinstance(typed, Config):
+        raise TypeError(f"expected a ragen2 Config, got {type(typed).__name__}")
+    typed.validate()
+    return typed
+
+
+def _schema_keys(node: Any, prefix: str = "") -> dict[str, Any]:
+    """All dotted leaf/section keys of the schema; dict-typed fields are free-form below."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(node):
+        key = f"{prefix}{f.name}"
+        val = getattr(node, f.name)
+        out[key] = val
+        if dataclasses.is_dataclass(val):
+            out.update(_schema_keys(val, key + "."))
+    return out
+
+
+def check_override_keys(overrides: list[str]) -> None:
+    """Fail fast on command-line overrides whose key is not in the schema, with suggestions.
+
+    Hydra would refuse them too, but without naming what is allowed. Group selections (``env=x``),
+    ``hydra.*`` keys, additions (``+k=v``) and deletions (``~k``) are left to Hydra.
+    """
+    keys = _schema_keys(Config())
+    for ov in overrides:
+        if "=" not in ov or ov.startswith(("+", "~", "hydra.", "hydra/")):
+            continue
+        key = ov.split("=", 1)[0]
+        if "@" in key or "/" in key:
+            continue
+        parts = key.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            if sub not in keys:
+                break
+            if isinstance(keys[sub], dict):  # free-form dict such as env.kwargs.size=5
+                sub = None
+                break
+        else:
+            sub = None
+        if sub is None:
+            continue
+        parent, _, leaf = sub.rpartition(".")
+        siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
+        close = difflib.get_close_matches(leaf, siblings, n=1)
+        hint = f" Did you mean '{(parent + '.') if parent else ''}{close[0]}'?" if close else ""
+        where = f"'{parent}'" if parent else "the top level"
+        raise ConfigError(sub, ov.split("=", 1)[1],
+                          f"unknown key.{hint} Keys allowed under {where}: {', '.join(siblings)}")

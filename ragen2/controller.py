@@ -1,0 +1,255 @@
+"""The single controller: warm start, then per step rollout -> filter -> update -> weight sync.
+
+It owns no model: rollout workers (engine + envs) and FSDP2 learner ranks are Ray actors, and
+everything a step needs is derived from (seed, step) so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ragen2 import seeding
+from ragen2.config import Config
+from ragen2.filtering import GROUP_FILTERS
+from ragen2.learner import checkpoint
+from ragen2.metrics import MetricsLogger
+from ragen2.rollout.runner import EpisodeSpec
+from ragen2.rollout.trajectory import Trajectory, collate
+
+log = logging.getLogger("ragen2")
+
+
+class TrainingStopped(RuntimeError):
+    """Too many consecutive steps had no group left after filtering."""
+
+
+def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    """Split into ``parts`` contiguous chunks of near-equal size (some may be empty)."""
+    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
+    return [list(items[bounds[i]:bounds[i + 1]]) for i in range(parts)]
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    r = np.array([t.reward for t in trajs])
+    groups: dict[int, list[float]] = defaultdict(list)
+    for t in trajs:
+        groups[t.group_id].append(t.reward)
+    stds = np.array([np.std(v) for v in groups.values()])
+    turns = np.array([t.num_turns for t in trajs])
+    return {
+        f"{prefix}/success": float(np.mean([t.success for t in trajs])),
+        f"{prefix}/reward_mean": float(r.mean()),
+        f"{prefix}/reward_std": float(r.std()),
+        f"{prefix}/env_return_mean": float(np.mean([t.env_return for t in trajs])),
+        f"{prefix}/group_reward_std_mean": float(stds.mean()),
+        f"{prefix}/zero_std_group_frac": float((stds < 1e-8).mean()),
+        f"{prefix}/num_turns_mean": float(turns.mean()),
+        f"{prefix}/format_error_rate": float(sum(t.num_format_errors for t in trajs) / max(turns.sum(), 1)),
+        f"{prefix}/invalid_action_rate": float(sum(t.num_invalid_actions for t in trajs) / max(turns.sum(), 1)),
+        f"{prefix}/truncated_frac": float(np.mean([t.truncated for t in trajs])),
+        f"{prefix}/response_tokens_mean": float(sum(t.num_generated for t in trajs) / max(turns.sum(), 1)),
+        f"{prefix}/sequence_tokens_mean": float(np.mean([len(t.input_ids) for t in trajs])),
+    }
+
+
+class Controller:
+    def __init__(self, cfg: Config, run_dir: Path, model_path: str) -> None:
+        import ray
+
+        from ragen2.learner.group import LearnerGroup
+        from ragen2.rollout.worker import RolloutWorker
+        from ragen2.sync import WEIGHT_SYNCS
+
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        cores = int(ray.available_resources().get("CPU", os.cpu_count() or 1)) or 1
+        c = cfg.cluster
+        learner_threads = c.torch_threads or max(1, cores // c.learner_world_size)
+        worker_threads = c.torch_threads or max(1, cores // cfg.rollout.num_workers)
+        gpus = 1 if c.device == "cuda" else 0
+        worker_cls = ray.remote(RolloutWorker).options(num_cpus=0, num_gpus=gpus)
+        self.workers = [worker_cls.remote(cfg, model_path, i, worker_threads)
+                        for i in range(cfg.rollout.num_workers)]
+        self.learners = LearnerGroup(cfg, model_path, learner_threads)
+        self.sync = WEIGHT_SYNCS.get("object_store")(self.workers)
+        self.pad_id = 0
+        self.version = 0
+
+    # --------------------------------------------------------------- rollouts
+    def _gather(self, method: str, specs: list[EpisodeSpec], *args_per_worker: list[Any]) -> list[Trajectory]:
+        import ray
+
+        chunks = split(specs, len(self.workers))
+        refs = [getattr(w, method).remote(chunk, *(a[i] for a in args_per_worker))
+                for i, (w, chunk) in enumerate(zip(self.workers, chunks)) if chunk]
+        return [t for part in ray.get(refs) for t in part]
+
+    def collect(self, step: int) -> list[Trajectory]:
+        r = self.cfg.rollout
+        specs = [EpisodeSpec(seeding.group_seed(self.cfg.seed, step, g), g)
+                 for g in range(r.env_groups) for _ in range(r.group_size)]
+        n = len(self.workers)
+        seeds = [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)]
+        return self._gather("rollout", specs, seeds, [self.version] * n)
+
+    def evaluate(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        specs = [EpisodeSpec(seeding.eval_seed(i), i) for i in range(self.cfg.trainer.eval_episodes)]
+        n = len(self.workers)
+        trajs = self._gather("rollout", specs, [seeding.eval_sampling_seed(i) for i in range(n)],
+                             [self.version] * n)
+        out = rollout_metrics(trajs, "eval")
+        out["timing/eval_s"] = time.perf_counter() - t0
+        return out
+
+    def push_weights(self) -> float:
+        t0 = time.perf_counter()
+        self.sync.push(self.learners.policy_weights(), self.version)
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------- warm start
+    def warm_start(self) -> dict[str, float]:
+        import ray
+        from tqdm.auto import tqdm
+
+        ws = self.cfg.trainer.warm_start
+        t0 = time.perf_counter()
+        specs = [EpisodeSpec(seeding.demo_seed(self.cfg.seed, i), i) for i in range(ws.episodes)]
+        n = len(self.workers)
+        trajs = self._gather("demonstrate", specs, [ws.random_action_prob] * n,
+                             [self.cfg.seed * 7919 + i for i in range(n)])
+        demo = rollout_metrics(trajs, "warm_start/demo")
+        batch_ref = ray.put(collate(trajs, self.pad_id))
+        rng = np.random.default_rng(self.cfg.seed)
+        steps_per_epoch = -(-len(trajs) // ws.batch_size)
+        m: dict[str, float] = {}
+        with tqdm(total=ws.epochs * steps_per_epoch, desc="warm start", unit="step",
+                  dynamic_ncols=True) as bar:
+            for _ in range(ws.epochs):
+                perm = rng.permutation(len(trajs))
+                for i in range(steps_per_epoch):
+                    rows = np.sort(perm[i * ws.batch_size:(i + 1) * ws.batch_size])
+                    m = self.learners.sft_step(batch_ref, rows, ws.lr)
+                    bar.set_postfix(loss=f"{m['warm_start/loss']:.3f}",
+                                    acc=f"{m['warm_start/token_acc']:.3f}", refresh=False)
+                    bar.update()
+        self.learners.call("finish_warm_start")
+        return {**m, "warm_start/demo_success": demo["warm_start/demo/success"],
+                "timing/warm_start_s": time.perf_counter() - t0}
+
+    # ------------------------------------------------------------------ a step
+    def train_step(self, step: int) -> dict[str, float] | None:
+        """One RL step; ``None`` when the filter kept no group (the step is skipped)."""
+        import ray
+
+        t0 = time.perf_counter()
+        trajs = self.collect(step)
+        t_roll = time.perf_counter() - t0
+        metrics = rollout_metrics(trajs, "rollout")
+        groups: dict[int, list[float]] = defaultdict(list)
+        for t in trajs:
+            groups[t.group_id].append(t.reward)
+        keep = set(GROUP_FILTERS.get(self.cfg.filter.name)(groups))
+        kept = [t for t in trajs if t.group_id in keep]
+        metrics["filter/kept_group_frac"] = len(keep) / max(len(groups), 1)
+        if not kept:
+            return None
+        t1 = time.perf_counter()
+        metrics.update(self.learners.update(ray.put(collate(kept, self.pad_id)), step))
+        t_upd = time.perf_counter() - t1
+        self.version += 1
+        t_sync = self.push_weights()
+        metrics.update({"timing/rollout_s": t_roll, "timing/update_s": t_upd,
+                        "timing/sync_s": t_sync, "timing/step_s": time.perf_counter() - t0})
+        return metrics
+
+    # ------------------------------------------------------------ checkpoints
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        tmp = checkpoint.begin(self.run_dir, step)
+        self.learners.call("save", str(tmp))
+        final = checkpoint.commit(tmp, step, {**state, "step": step, "policy_version": self.version})
+        checkpoint.prune(self.run_dir, self.cfg.trainer.keep_checkpoints)
+        return final
+
+    def shutdown(self) -> None:
+        import ray
+
+        self.learners.shutdown()
+        for w in self.workers:
+            ray.kill(w)
+
+
+def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
+    """Train according to ``cfg`` in ``run_dir``; returns the summary also written to summary.json."""
+    t_start = time.perf_counter()
+    tr = cfg.trainer
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint.latest(run_dir) if tr.resume else None
+    if tr.resume and ckpt is None:
+        log.warning("trainer.resume=true but %s has no checkpoint: starting from scratch", run_dir)
+    state: dict[str, Any] = checkpoint.read_state(ckpt) if ckpt else {}
+    start = int(state.get("step", 0))
+
+    ctl = Controller(cfg, run_dir, model_path)
+    logger = MetricsLogger(tr.loggers, run_dir, resume_step=start if ckpt else -1,
+                           total_steps=tr.total_steps, start_step=start,
+                           project=tr.wandb_project, config=asdict(cfg))
+    try:
+        if ckpt:
+            ctl.version = ctl.learners.call("load", str(ckpt))[0]
+            if ctl.version != state["policy_version"]:
+                raise RuntimeError(f"{ckpt}: learner version {ctl.version} != trainer state "
+                                   f"{state['policy_version']}")
+            ctl.push_weights()
+            log.info("resumed from %s (step %d)", ckpt, start)
+        else:
+            row: dict[str, float] = {}
+            if tr.warm_start.enabled:
+                row.update(ctl.warm_start())
+            ctl.push_weights()
+            row.update(ctl.evaluate())
+            state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
+            print(f"[ragen2] held-out success before RL: {row['eval/success']:.3f} "
+                  f"({tr.eval_episodes} episodes)", flush=True)
+            logger.log(0, row)
+
+        for step in range(start + 1, tr.total_steps + 1):
+            m = ctl.train_step(step)
+            if m is None:
+                state["skipped_in_row"] += 1
+                state["skipped_total"] += 1
+                logger.log(step, {"filter/skipped_steps": state["skipped_total"]})
+                if state["skipped_in_row"] >= tr.max_skipped_steps:
+                    raise TrainingStopped(
+                        f"{state['skipped_in_row']} consecutive steps kept no group after "
+                        f"filter '{cfg.filter.name}' (trainer.max_skipped_steps="
+                        f"{tr.max_skipped_steps}): loosen the filter or raise group_size")
+            else:
+                state["skipped_in_row"] = 0
+                m["filter/skipped_steps"] = state["skipped_total"]
+                if step == tr.total_steps or (tr.eval_every and step % tr.eval_every == 0):
+                    m.update(ctl.evaluate())
+                    state["eval_last"] = m["eval/success"]
+                logger.log(step, m)
+            if step == tr.total_steps or (tr.save_every and step % tr.save_every == 0):
+                ctl.save(step, state)
+        summary = {"eval_before": state.get("eval_before"), "eval_after": state.get("eval_last"),
+                   "steps": tr.total_steps, "seed": cfg.seed,
+                   "wall_s": time.perf_counter() - t_start}
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        if summary["eval_after"] is not None:
+            print(f"[ragen2] held-out success before RL: {summary['eval_before']:.3f}  "
+                  f"after RL: {summary['eval_after']:.3f}  ({tr.eval_episodes} episodes, "
+                  f"seed {cfg.seed})", flush=True)
+        return summary
+    finally:
+        logger.close()
+        ctl.shutdown()

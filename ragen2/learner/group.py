@@ -1,0 +1,43 @@
+"""Driver-side handle on the FSDP2 learner ranks (Ray actors forming one process group)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from ragen2.config import Config
+from ragen2.learner.rank import LearnerRank
+
+
+class LearnerGroup:
+    def __init__(self, cfg: Config, model_path: str, threads: int) -> None:
+        world = cfg.cluster.learner_world_size
+        gpus = 1 if cfg.cluster.device == "cuda" else 0
+        actor = ray.remote(LearnerRank).options(num_cpus=0, num_gpus=gpus)
+        self.ranks = [actor.remote(cfg, model_path, r, world, threads) for r in range(world)]
+        addr, port = ray.get(self.ranks[0].address.remote())
+        ray.get([a.setup.remote(addr, port) for a in self.ranks])
+
+    def call(self, method: str, *args: Any) -> list[Any]:
+        """Run ``method`` on every rank (they are collective) and return all results."""
+        return ray.get([getattr(a, method).remote(*args) for a in self.ranks])
+
+    def update(self, batch_ref: Any, step: int) -> dict[str, float]:
+        return self.call("update", batch_ref, step)[0]
+
+    def sft_step(self, batch_ref: Any, rows: Any, lr: float) -> dict[str, float]:
+        return self.call("sft_step", batch_ref, rows, lr)[0]
+
+    def policy_weights(self) -> Any:
+        """ObjectRef of the full weights (rank 0's result) once every rank has taken part."""
+        refs = [a.policy_weights.remote() for a in self.ranks]
+        ray.wait(refs, num_returns=len(refs), fetch_local=False)
+        return refs[0]
+
+    def shutdown(self) -> None:
+        try:
+            self.call("shutdown")
+        finally:
+            for a in self.ranks:
+                ray.kill(a)

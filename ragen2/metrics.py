@@ -1,0 +1,134 @@
+"""Metric sinks: one JSON object per step in ``metrics.jsonl``, TensorBoard, W&B, console.
+
+Keys are namespaced (``rollout/…``, ``actor/…``, ``eval/…``, ``timing/…``). On resume, rows
+after the checkpoint's step are dropped from ``metrics.jsonl`` and purged from TensorBoard, so a
+resumed run's logs read as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+from ragen2.registry import Registry
+
+
+class MetricSink(Protocol):
+    def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+SINKS: Registry = Registry("metrics sink")
+
+
+def _clean(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in metrics.items():
+        v = float(v) if not isinstance(v, (str, bool)) else v
+        out[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+    return out
+
+
+@SINKS.register("jsonl")
+class JsonlSink:
+    def __init__(self, run_dir: Path, resume_step: int | None = None, **_: Any) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():
+            keep = [ln for ln in self.path.read_text().splitlines()
+                    if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(ln + "\n" for ln in keep))
+            os.replace(tmp, self.path)
+        self.f = open(self.path, "a")
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.f.write(json.dumps({"step": step, **_clean(metrics)}, sort_keys=True) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+@SINKS.register("tensorboard")
+class TensorBoardSink:
+    def __init__(self, run_dir: Path, resume_step: int | None = None, **_: Any) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        purge = resume_step + 1 if resume_step is not None else None
+        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                self.writer.add_scalar(k, float(v), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@SINKS.register("wandb")
+class WandbSink:
+    def __init__(self, run_dir: Path, project: str | None = None, config: Any = None,
+                 **_: Any) -> None:
+        try:
+            import wandb
+        except ImportError as e:
+            raise ImportError("trainer.loggers has 'wandb' but wandb is not installed: "
+                              "pip install 'ragen2[wandb]'") from e
+        self.run = wandb.init(project=project or "ragen2", dir=str(run_dir), config=config,
+                              resume="allow", id=Path(run_dir).name)
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+CONSOLE_KEYS = (("rollout/success", "succ"), ("rollout/reward_mean", "rew"),
+                ("actor/loss", "loss"), ("actor/logprob_gap", "gap"), ("eval/success", "eval"),
+                ("timing/step_s", "s/step"))
+
+
+@SINKS.register("console")
+class ConsoleSink:
+    """A tqdm progress bar over RL steps whose postfix shows the key figures."""
+
+    def __init__(self, run_dir: Path, total_steps: int = 0, start_step: int = 0, **_: Any) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total_steps, initial=start_step, desc="RL", unit="step",
+                        dynamic_ncols=True)
+        self.last: dict[str, str] = {}
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        for key, short in CONSOLE_KEYS:
+            if key in metrics and isinstance(metrics[key], (int, float)):
+                self.last[short] = f"{float(metrics[key]):.3g}"
+        self.bar.set_postfix(self.last, refresh=False)
+        if step > self.bar.n:
+            self.bar.update(step - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class MetricsLogger:
+    """Fans one row of metrics out to every configured sink."""
+
+    def __init__(self, names: list[str], run_dir: Path, **kwargs: Any) -> None:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        self.sinks = [SINKS.get(n)(Path(run_dir), **kwargs) for n in names]
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        for s in self.sinks:
+            s.log(step, metrics)
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()

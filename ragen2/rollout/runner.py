@@ -1,0 +1,190 @@
+"""The multi-turn episode loop: observation -> chat tokens -> policy -> parse -> env.step.
+
+All active episodes advance one turn together, so each turn is one batched ``generate`` call.
+What the environment receives: the stripped content of ``<answer>``. A response that does not
+parse (see :func:`ragen2.rollout.parsing.parse_response`) is **not** sent to the environment: the
+turn gets ``format_penalty``, the env state is unchanged, and the next observation is the current
+one prefixed with a one-line note. An action the env reports as invalid
+(``info["action_is_valid"] is False``) also gets ``format_penalty`` on top of the env's reward.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import gymnasium as gym
+
+from ragen2.engines.base import Generation, GenerationEngine, SamplingParams
+from ragen2.rollout.chat import ChatRenderer, system_prompt
+from ragen2.rollout.parsing import parse_response
+from ragen2.rollout.trajectory import Trajectory
+
+FORMAT_ERROR_NOTE = ("Your reply could not be parsed. Reply exactly as "
+                     "<think>...</think><answer>...</answer>.")
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Which episode to run: the env seed (shared by a group) and the group it belongs to."""
+
+    env_seed: int
+    group_id: int
+
+
+@dataclass
+class EpisodeState:
+    env: gym.Env
+    traj: Trajectory
+    observation: str = ""
+    done: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TurnPolicy(Protocol):
+    """Produces one response (token ids + logprobs) for each active episode."""
+
+    policy_version: int
+
+    def act(self, episodes: Sequence[EpisodeState], turn: int) -> list[Generation]: ...
+
+
+def env_instructions(env: gym.Env, info: dict[str, Any]) -> str:
+    """Task instructions from the env attribute ``instructions`` or the reset info field."""
+    return str(getattr(env.unwrapped, "instructions", None) or info.get("instructions") or "")
+
+
+class EngineTurnPolicy:
+    """Samples responses from a generation engine; the sampling seed changes every turn."""
+
+    def __init__(self, engine: GenerationEngine, params: SamplingParams) -> None:
+        self.engine, self.params = engine, params
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def act(self, episodes: Sequence[EpisodeState], turn: int) -> list[Generation]:
+        from dataclasses import replace
+
+        params = replace(self.params, seed=self.params.seed * 1009 + turn)
+        return self.engine.generate([e.traj.input_ids for e in episodes], params)
+
+
+class DemonstrationPolicy:
+    """Scripted expert for warm-start data: the env's ``demonstration()`` hook, made imperfect.
+
+    With probability ``random_action_prob`` the expert action is replaced by a uniformly random
+    entry of the env's ``valid_actions`` (the reasoning text is kept), so the cloned policy leaves
+    room for RL to improve. Responses are tokenised text (they are not model samples).
+    """
+
+    policy_version = 0
+
+    def __init__(self, tokenizer: Any, random_action_prob: float, seed: int) -> None:
+        self.tokenizer = tokenizer
+        self.random_action_prob = random_action_prob
+        self.rng = random.Random(seed)
+
+    def act(self, episodes: Sequence[EpisodeState], turn: int) -> list[Generation]:
+        out = []
+        for ep in episodes:
+            env = ep.env.unwrapped
+            if not hasattr(env, "demonstration"):
+                raise TypeError(f"{type(env).__name__} has no demonstration() hook; disable "
+                                "trainer.warm_start or add one (see README, 'Add an environment')")
+            think, action = env.demonstration()
+            actions = list(getattr(env, "valid_actions", []) or [])
+            if actions and self.rng.random() < self.random_action_prob:
+                action = self.rng.choice(actions)
+            text = f"<think>{think}</think><answer>{action}</answer>"
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            out.append(Generation(ids, [0.0] * len(ids), "stop", 0, text))
+        return out
+
+
+def run_episodes(
+    specs: Sequence[EpisodeSpec],
+    make_env: Callable[[], gym.Env],
+    renderer: ChatRenderer,
+    policy: TurnPolicy,
+    *,
+    max_turns: int,
+    format_penalty: float,
+    max_context_tokens: int,
+    max_new_tokens: int,
+    envs: list[gym.Env] | None = None,
+) -> list[Trajectory]:
+    """Run one episode per spec to the end and return their trajectories (in spec order).
+
+    ``envs`` optionally supplies a pool of env instances to reuse (grown as needed).
+    """
+    pool = envs if envs is not None else []
+    while len(pool) < len(specs):
+        pool.append(make_env())
+    eos_text = renderer.tokenizer.decode([renderer.eos_token_id]) if renderer.eos_token_id is not None else None
+    episodes = []
+    for spec, env in zip(specs, pool):
+        obs, info = env.reset(seed=spec.env_seed)
+        traj = Trajectory(spec.env_seed, spec.group_id, policy.policy_version)
+        prompt = renderer.initial_prompt(system_prompt(env_instructions(env, info)), _as_text(obs))
+        traj.append(prompt, 0)
+        traj.first_prompt_len = len(prompt)
+        episodes.append(EpisodeState(env, traj, _as_text(obs)))
+
+    for turn in range(max_turns):
+        active = [e for e in episodes if not e.done]
+        if not active:
+            break
+        gens = policy.act(active, turn)
+        for ep, gen in zip(active, gens):
+            _advance(ep, gen, renderer, eos_text, format_penalty)
+            last_turn = turn == max_turns - 1
+            if not ep.done and (last_turn or len(ep.traj.input_ids) + max_new_tokens > max_context_tokens):
+                ep.done, ep.traj.truncated = True, True
+            if not ep.done:
+                ep.traj.append(renderer.observation_suffix(
+                    ep.observation, gen.finish_reason == "eos"), 0)
+    return [e.traj for e in episodes]
+
+
+def _advance(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text: str | None,
+             format_penalty: float) -> None:
+    """Record one generated turn and apply it to the env."""
+    traj = ep.traj
+    traj.append(gen.token_ids, 1, gen.logprobs)
+    traj.turn_ends.append(len(traj.input_ids) - 1)
+    text = gen.text or renderer.tokenizer.decode(gen.token_ids, skip_special_tokens=False)
+    traj.responses.append(text)
+    parsed = parse_response(text, eos_text)
+    if traj.num_turns == 1:
+        traj.first_think = parsed.think
+    if not parsed.format_ok:
+        traj.num_format_errors += 1
+        traj.turn_rewards.append(format_penalty)
+        ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
+        return
+    obs, reward, terminated, truncated, info = ep.env.step(parsed.answer)
+    reward = float(reward)
+    traj.env_return += reward
+    if not info.get("action_is_valid", True):
+        traj.num_invalid_actions += 1
+        reward += format_penalty
+    traj.turn_rewards.append(reward)
+    traj.success = bool(info.get("success", traj.success))
+    ep.observation = _as_text(obs)
+    if terminated or truncated:
+        ep.done = True
+        traj.terminated, traj.truncated = bool(terminated), bool(truncated)
+
+
+def _strip_note(obs: str) -> str:
+    return obs[len(FORMAT_ERROR_NOTE) + 1:] if obs.startswith(FORMAT_ERROR_NOTE + "\n") else obs
+
+
+def _as_text(obs: Any) -> str:
+    if not isinstance(obs, str):
+        raise TypeError(f"ragen2 envs must return text observations, got {type(obs).__name__}; "
+                        "see README 'Add an environment'")
+    return obs

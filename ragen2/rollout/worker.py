@@ -1,0 +1,74 @@
+"""The RolloutWorker Ray actor: a generation engine plus a pool of environments."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ragen2.config import Config
+from ragen2.engines.base import SamplingParams
+from ragen2.rollout.runner import (DemonstrationPolicy, EngineTurnPolicy, EpisodeSpec,
+                                   run_episodes)
+from ragen2.rollout.trajectory import Trajectory
+
+
+class StalePolicyError(RuntimeError):
+    """The worker's weights are not the policy version the controller asked for."""
+
+
+def sampling_params(cfg: Config, seed: int) -> SamplingParams:
+    e = cfg.engine
+    return SamplingParams(temperature=e.temperature, top_p=e.top_p,
+                          max_new_tokens=e.max_new_tokens, stop=tuple(e.stop), seed=seed)
+
+
+class RolloutWorker:
+    def __init__(self, cfg: Config, model_path: str, worker_id: int, threads: int = 0) -> None:
+        import torch
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        from ragen2.engines import ENGINES
+        from ragen2.rollout.chat import ChatRenderer
+        from ragen2.rollout.envs import env_factory
+
+        self.cfg, self.worker_id = cfg, worker_id
+        self.engine = ENGINES.get(cfg.engine.name)(
+            model_path, dtype=cfg.model.dtype, device=cfg.cluster.device,
+            trust_remote_code=cfg.model.trust_remote_code)
+        self.renderer = ChatRenderer(self.engine.tokenizer)
+        self.make_env = env_factory(cfg.env.id, cfg.env.kwargs)
+        self.envs: list = []
+
+    def load_weights(self, weights: Mapping[str, np.ndarray], version: int) -> int:
+        self.engine.load_weights(weights, version)
+        return version
+
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def _run(self, specs: Sequence[EpisodeSpec], policy) -> list[Trajectory]:
+        r = self.cfg.rollout
+        return run_episodes(specs, self.make_env, self.renderer, policy, max_turns=r.max_turns,
+                            format_penalty=r.format_penalty,
+                            max_context_tokens=r.max_context_tokens,
+                            max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs)
+
+    def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,
+                temperature: float | None = None) -> list[Trajectory]:
+        """Sample episodes with the current policy, refusing to run a stale one."""
+        if self.engine.policy_version != expected_version:
+            raise StalePolicyError(f"worker {self.worker_id} holds policy version "
+                                   f"{self.engine.policy_version}, step expects {expected_version}")
+        params = sampling_params(self.cfg, seed)
+        if temperature is not None:
+            params = replace(params, temperature=temperature)
+        return self._run(specs, EngineTurnPolicy(self.engine, params))
+
+    def demonstrate(self, specs: Sequence[EpisodeSpec], random_action_prob: float,
+                    seed: int) -> list[Trajectory]:
+        """Episodes played by the env's (noised) expert, tokenised like model turns."""
+        policy = DemonstrationPolicy(self.engine.tokenizer, random_action_prob, seed)
+        return self._run(specs, policy)

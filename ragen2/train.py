@@ -1,0 +1,108 @@
+"""``ragen2-train`` (also ``python -m ragen2.train``): the Hydra entry point.
+
+Validates the whole config before any work starts, builds (or finds) the model, starts Ray and
+hands over to the controller. The run directory is Hydra's output dir (``hydra.run.dir=...``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ragen2.config import Config, ConfigError, check_override_keys, register_schema, to_config
+
+CONFIG_MODULE = "ragen2_configs"
+log = logging.getLogger("ragen2")
+
+
+def load_config(overrides: Sequence[str] = ()) -> Config:
+    """Compose ``configs/config.yaml`` with overrides and validate it (for tests and notebooks)."""
+    from hydra import compose, initialize_config_module
+
+    check_override_keys(list(overrides))
+    register_schema()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
+
+
+def resolve_model_path(cfg: Config) -> str:
+    """``model.path`` if given, else the cached tiny model built from the env's own text."""
+    if cfg.model.path:
+        from ragen2.models.loading import load_tokenizer
+
+        load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)  # fail fast
+        return cfg.model.path
+    from ragen2.models.tiny import TinyModelSpec, ensure_tiny_model
+    from ragen2.rollout.corpus import env_corpus
+
+    t = cfg.model.tiny
+    spec = TinyModelSpec(hidden_size=t.hidden_size, num_layers=t.num_layers, num_heads=t.num_heads,
+                         num_kv_heads=t.num_kv_heads, intermediate_size=t.intermediate_size,
+                         vocab_size=t.vocab_size, max_position_embeddings=t.max_position_embeddings,
+                         seed=t.seed)
+    path = ensure_tiny_model(spec, lambda: env_corpus(cfg.env.id, cfg.env.kwargs), cfg.model.cache_dir)
+    return str(path)
+
+
+def ensure_ray(cfg: Config) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Workers must import the user's env modules (env.id=<module>:<id>) exactly as the driver does.
+    path = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+    ray.init(address=cfg.cluster.address, num_cpus=cfg.cluster.num_cpus, include_dashboard=False,
+             log_to_driver=True, runtime_env={"env_vars": {"PYTHONPATH": path}})
+
+
+def train(cfg: Config, run_dir: str | Path) -> dict:
+    """Validate the env and model, then run training in ``run_dir`` (usable without Hydra)."""
+    from ragen2.controller import run
+    from ragen2.rollout.envs import make_env
+
+    make_env(cfg.env.id, cfg.env.kwargs).close()  # fail fast on a bad env.id / env.kwargs
+    model_path = resolve_model_path(cfg)
+    ensure_ray(cfg)
+    return run(cfg, Path(run_dir), model_path)
+
+
+def _fail(msg: str) -> None:
+    print(f"ragen2-train: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
+    from hydra.core.hydra_config import HydraConfig
+
+    from ragen2.rollout.envs import EnvSpecError
+
+    try:
+        typed = to_config(cfg)
+    except ConfigError as e:
+        _fail(str(e))
+    logging.getLogger("ragen2").setLevel(logging.INFO)
+    try:
+        train(typed, HydraConfig.get().runtime.output_dir)
+    except (EnvSpecError, FileNotFoundError) as e:
+        _fail(str(e))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import hydra
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        check_override_keys([a for a in argv if not a.startswith("-")])
+    except ConfigError as e:
+        _fail(str(e))
+    register_schema()
+    sys.argv = [sys.argv[0], *argv]
+    hydra.main(config_path=f"pkg://{CONFIG_MODULE}", config_name="config", version_base="1.3")(_hydra_main)()
+
+
+if __name__ == "__main__":
+    main()

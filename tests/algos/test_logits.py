@@ -1,0 +1,51 @@
+import math
+
+import pytest
+import torch
+
+from ragen2.algos.logits import entropy_from_logits, logprobs_from_logits
+
+# Position 0: logits [0, ln 3] -> probs [1/4, 3/4]. Position 1: uniform over 2 -> [1/2, 1/2].
+LOGITS = torch.tensor([[[0.0, math.log(3.0)], [5.0, 5.0]]])  # (B=1, T=2, V=2)
+
+
+def test_logprobs_gather():
+    labels = torch.tensor([[1, 0]])
+    out = logprobs_from_logits(LOGITS, labels)
+    # ln 0.75 = -0.287682 ; ln 0.5 = -0.693147
+    assert out.shape == (1, 2)
+    assert torch.allclose(out, torch.tensor([[-0.287682, -0.693147]]), atol=1e-5)
+    out0 = logprobs_from_logits(LOGITS, torch.tensor([[0, 1]]))
+    # ln 0.25 = -1.386294
+    assert out0[0, 0].item() == pytest.approx(-1.386294, abs=1e-5)
+
+
+def test_logprobs_temperature():
+    # T=2: logits [0, ln3/2] -> probs [1/(1+sqrt3), sqrt3/(1+sqrt3)] = [0.366025, 0.633975]
+    out = logprobs_from_logits(LOGITS, torch.tensor([[0, 0]]), temperature=2.0)
+    assert out[0, 0].item() == pytest.approx(-1.005053, abs=1e-5)  # ln 0.366025
+
+
+def test_entropy():
+    out = entropy_from_logits(LOGITS)
+    # -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.346574 + 0.215762 = 0.562335 ; uniform-2: ln 2 = 0.693147
+    assert torch.allclose(out, torch.tensor([[0.562335, 0.693147]]), atol=1e-5)
+
+
+def test_entropy_temperature():
+    # -(0.366025 * -1.005053 + 0.633975 * -0.455746) = 0.367875 + 0.288931 = 0.656806
+    out = entropy_from_logits(LOGITS, temperature=2.0)
+    assert out[0, 0].item() == pytest.approx(0.656806, abs=1e-5)
+
+
+def test_entropy_with_neg_inf_logit_is_finite():
+    # [0, 0, -inf] -> uniform over 2 live tokens: ln 2
+    out = entropy_from_logits(torch.tensor([[[0.0, 0.0, float("-inf")]]]))
+    assert out.item() == pytest.approx(0.693147, abs=1e-5)
+
+
+def test_bf16_upcast_and_bad_temperature():
+    out = logprobs_from_logits(LOGITS.bfloat16(), torch.tensor([[1, 0]]))
+    assert out.dtype == torch.float32
+    with pytest.raises(ValueError):
+        entropy_from_logits(LOGITS, temperature=0.0)
