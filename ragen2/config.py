@@ -203,9 +203,12 @@ class WarmStartConfig:
     batch_size: int = 32
     lr: float = 1e-3
     random_action_prob: float = 0.3
+    seed: int = 0  # its own seed: runs differing only in `seed` share one warm-started policy
+    cache: bool = True  # reuse a warm-started policy built with identical settings
 
     def validate(self, p: str) -> None:
         _positive(self, p, "episodes", "epochs", "batch_size", "lr")
+        _check(self.seed >= 0, f"{p}.seed", self.seed, "must be >= 0")
         _check(0 <= self.random_action_prob <= 1, f"{p}.random_action_prob",
                self.random_action_prob, "must be in [0, 1]")
 
@@ -219,6 +222,7 @@ class TrainerConfig:
     eval_episodes: int = 128
     max_skipped_steps: int = 5
     keep_checkpoints: int = 2
+    log_samples: int = 8  # held-out episodes written as text at each evaluation
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard", "console"])
     wandb_project: Optional[str] = None
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)

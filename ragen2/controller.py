@@ -6,6 +6,7 @@ everything a step needs is derived from (seed, step) so a resumed run continues 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from ragen2.config import Config
 from ragen2.filtering import GROUP_FILTERS
 from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
+from ragen2.models.tiny import default_cache_root
 from ragen2.rollout.runner import EpisodeSpec
 from ragen2.rollout.trajectory import Trajectory, collate
 
@@ -69,7 +71,7 @@ class Controller:
         from ragen2.rollout.worker import RolloutWorker
         from ragen2.sync import WEIGHT_SYNCS
 
-        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.cfg, self.run_dir, self.model_path = cfg, Path(run_dir), model_path
         cores = int(ray.available_resources().get("CPU", os.cpu_count() or 1)) or 1
         c = cfg.cluster
         learner_threads = c.torch_threads or max(1, cores // c.learner_world_size)
@@ -100,7 +102,8 @@ class Controller:
         seeds = [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)]
         return self._gather("rollout", specs, seeds, [self.version] * n)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Held-out success; a few episodes are written to ``samples/eval_step_XXXXXX.jsonl``."""
         t0 = time.perf_counter()
         specs = [EpisodeSpec(seeding.eval_seed(i), i) for i in range(self.cfg.trainer.eval_episodes)]
         n = len(self.workers)
@@ -108,6 +111,11 @@ class Controller:
                              [self.version] * n)
         out = rollout_metrics(trajs, "eval")
         out["timing/eval_s"] = time.perf_counter() - t0
+        samples = self.run_dir / "samples"
+        samples.mkdir(exist_ok=True)
+        with open(samples / f"eval_step_{step:06d}.jsonl", "w") as f:
+            for t in trajs[: self.cfg.trainer.log_samples]:
+                f.write(json.dumps(t.as_text_record()) + "\n")
         return out
 
     def push_weights(self) -> float:
@@ -116,19 +124,49 @@ class Controller:
         return time.perf_counter() - t0
 
     # ------------------------------------------------------------- warm start
+    def warm_start_key(self) -> str:
+        """Everything the warm-started weights depend on (the run seed is not part of it)."""
+        c = self.cfg
+        payload = {"v": 1, "model": self.model_path, "env": [c.env.id, c.env.kwargs],
+                   "warm_start": {k: v for k, v in asdict(c.trainer.warm_start).items() if k != "cache"},
+                   "rollout": [c.rollout.max_turns, c.rollout.format_penalty, c.rollout.max_context_tokens],
+                   "engine": [c.engine.max_new_tokens, list(c.engine.stop)],
+                   "learner": [c.cluster.learner_world_size, c.algorithm.micro_batch_size,
+                               c.algorithm.grad_clip, c.algorithm.weight_decay, c.model.dtype]}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
     def warm_start(self) -> dict[str, float]:
+        """Behaviour-clone the env's noised expert, or load the identical warm start from cache."""
+        ws = self.cfg.trainer.warm_start
+        t0 = time.perf_counter()
+        cache = Path(self.cfg.model.cache_dir or default_cache_root()) / "warm_start" / self.warm_start_key()
+        if ws.cache and (cache / "metrics.json").exists():
+            self.learners.call("load_policy", str(cache / "policy.pt"))
+            m = json.loads((cache / "metrics.json").read_text())
+            m["warm_start/cached"] = 1.0
+            print(f"[ragen2] warm start loaded from cache {cache}", flush=True)
+        else:
+            m = self._behaviour_clone()
+            if ws.cache:
+                cache.mkdir(parents=True, exist_ok=True)
+                self.learners.call("save_policy", str(cache / "policy.pt"))
+                checkpoint.write_json_atomic(cache / "metrics.json", m)  # written last: complete
+            m["warm_start/cached"] = 0.0
+        self.learners.call("finish_warm_start")
+        return {**m, "timing/warm_start_s": time.perf_counter() - t0}
+
+    def _behaviour_clone(self) -> dict[str, float]:
         import ray
         from tqdm.auto import tqdm
 
         ws = self.cfg.trainer.warm_start
-        t0 = time.perf_counter()
-        specs = [EpisodeSpec(seeding.demo_seed(self.cfg.seed, i), i) for i in range(ws.episodes)]
+        specs = [EpisodeSpec(seeding.demo_seed(ws.seed, i), i) for i in range(ws.episodes)]
         n = len(self.workers)
         trajs = self._gather("demonstrate", specs, [ws.random_action_prob] * n,
-                             [self.cfg.seed * 7919 + i for i in range(n)])
+                             [ws.seed * 7919 + i for i in range(n)])
         demo = rollout_metrics(trajs, "warm_start/demo")
         batch_ref = ray.put(collate(trajs, self.pad_id))
-        rng = np.random.default_rng(self.cfg.seed)
+        rng = np.random.default_rng(ws.seed)
         steps_per_epoch = -(-len(trajs) // ws.batch_size)
         m: dict[str, float] = {}
         with tqdm(total=ws.epochs * steps_per_epoch, desc="warm start", unit="step",
@@ -141,9 +179,7 @@ class Controller:
                     bar.set_postfix(loss=f"{m['warm_start/loss']:.3f}",
                                     acc=f"{m['warm_start/token_acc']:.3f}", refresh=False)
                     bar.update()
-        self.learners.call("finish_warm_start")
-        return {**m, "warm_start/demo_success": demo["warm_start/demo/success"],
-                "timing/warm_start_s": time.perf_counter() - t0}
+        return {**m, "warm_start/demo_success": demo["warm_start/demo/success"]}
 
     # ------------------------------------------------------------------ a step
     def train_step(self, step: int) -> dict[str, float] | None:
@@ -215,7 +251,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             if tr.warm_start.enabled:
                 row.update(ctl.warm_start())
             ctl.push_weights()
-            row.update(ctl.evaluate())
+            row.update(ctl.evaluate(0))
             state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
             print(f"[ragen2] held-out success before RL: {row['eval/success']:.3f} "
                   f"({tr.eval_episodes} episodes)", flush=True)
@@ -236,7 +272,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 state["skipped_in_row"] = 0
                 m["filter/skipped_steps"] = state["skipped_total"]
                 if step == tr.total_steps or (tr.eval_every and step % tr.eval_every == 0):
-                    m.update(ctl.evaluate())
+                    m.update(ctl.evaluate(step))
                     state["eval_last"] = m["eval/success"]
                 logger.log(step, m)
             if step == tr.total_steps or (tr.save_every and step % tr.save_every == 0):

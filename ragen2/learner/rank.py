@@ -128,6 +128,13 @@ class LearnerRank:
             dist.all_reduce(t)
         return dict(zip(keys, t.cpu().tolist()))
 
+    @staticmethod
+    def _gap(stats: dict[str, float], engine_lp: torch.Tensor, learner_lp: torch.Tensor,
+             mask: torch.Tensor) -> None:
+        """Accumulate |engine - learner| logprob over generated tokens (a sync/numerics check)."""
+        stats["gap_sum"] += float(((engine_lp - learner_lp).abs() * mask).sum())
+        stats["tokens"] += float(mask.sum())
+
     def _step(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> float:
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.algorithm.grad_clip)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -149,24 +156,23 @@ class LearnerRank:
         minis = [mb for mb in np.array_split(perm, a.ppo_mini_batches) if len(mb)]
         plan = [(mb, self._rows(mb)) for mb in minis]
 
-        # 1. old / ref logprobs and values for this rank's rows (no grad)
+        # 1. old / ref logprobs and values for this rank's rows (no grad). The first mini-batch is
+        #    trained before the policy moves, so its old logprobs come free from its own forward.
         cache: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
-        stats = {"gap_sum": 0.0, "tokens": 0.0, "kl_sum": 0.0}
+        stats = {"gap_sum": 0.0, "tokens": 0.0}
         with torch.no_grad():
             for mi, (_, rows) in enumerate(plan):
                 for ui, micro in enumerate(self._micro(rows)):
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids", "attention_mask",
                                                          "loss_mask", "logprobs")
-                    old, _ = self._forward(self.model, ids, attn, with_entropy=False)
-                    c = {"old": old}
-                    stats["gap_sum"] += float(((eng - old).abs() * mask).sum())
-                    stats["tokens"] += float(mask.sum())
+                    c = cache[mi, ui] = {}
+                    if mi > 0:
+                        c["old"], _ = self._forward(self.model, ids, attn, with_entropy=False)
+                        self._gap(stats, eng, c["old"], mask)
                     if self.ref is not None:
                         c["ref"], _ = self._forward(self.ref, ids, attn, with_entropy=False)
-                        stats["kl_sum"] += float((kl_penalty(old, c["ref"], a.kl_estimator) * mask).sum())
                     if self.critic is not None:
                         c["values"] = self.critic(ids, attn)
-                    cache[mi, ui] = c
 
         # 2. advantages
         if a.adv_estimator == "grpo":
@@ -194,9 +200,12 @@ class LearnerRank:
                 agg = dict(agg_mode=a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq)
                 for ui, micro in enumerate(self._micro(rows)):
                     c = cache[mi, ui]
-                    ids, attn, mask = self._tensors(batch, micro, "input_ids", "attention_mask",
-                                                    "loss_mask")
+                    ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
+                                                         "attention_mask", "loss_mask", "logprobs")
                     lp, ent = self._forward(self.model, ids, attn, with_entropy=True)
+                    if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
+                        c["old"] = lp.detach()
+                        self._gap(stats, eng, c["old"], mask)
                     pg, pm = POLICY_LOSSES.get(a.policy_loss)(
                         lp, c["old"], c["adv"], mask, clip_low=a.clip_ratio_low,
                         clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c, **agg)
@@ -244,7 +253,6 @@ class LearnerRank:
             "actor/policy_version": float(self.version),
         }
         if self.ref is not None:
-            out["actor/kl_ref"] = r["kl_sum"] / tokens
             out["actor/kl_loss"] = r["kl"] / updates
         if self.critic is not None:
             out["critic/vf_loss"] = r["vf_loss"] / updates
@@ -273,6 +281,17 @@ class LearnerRank:
         r = self._allreduce({"loss": loss_sum, "correct": correct})
         return {"warm_start/loss": r["loss"], "warm_start/token_acc": r["correct"] / max(n_tok, 1.0),
                 "warm_start/grad_norm": grad_norm}
+
+    def save_policy(self, path: str) -> None:
+        """Write the full policy weights to ``path`` atomically (collective; rank 0 writes)."""
+        sd = full_state_dict(self.model)
+        if self.rank == 0:
+            tmp = f"{path}.tmp-{os.getpid()}"
+            torch.save(sd, tmp)
+            os.replace(tmp, path)
+
+    def load_policy(self, path: str) -> None:
+        load_full_state_dict(self.model, torch.load(path, weights_only=True))
 
     def finish_warm_start(self) -> None:
         """Drop the SFT optimizer; the frozen KL reference becomes the warm-started policy."""

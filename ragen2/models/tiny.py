@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, Qwen2ForCausalLM
@@ -74,8 +74,17 @@ class TinyModelSpec:
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = True
     seed: int = 0
+    #: words kept as single tokens wherever they stand as a word (e.g. the env's action words), so
+    #: " Down" in reasoning and "Down" in an answer share one id: a tiny model learns to copy
+    #: identical tokens far faster than to map one token onto another.
+    atomic_words: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        self.atomic_words = tuple(self.atomic_words)
+        for w in self.atomic_words:
+            if not isinstance(w, str) or not w.strip() or w != w.strip():
+                raise ValueError(f"TinyModelSpec.atomic_words has {w!r}; allowed: non-empty words "
+                                 "without surrounding whitespace")
         for name in (
             "hidden_size",
             "num_layers",
@@ -104,7 +113,7 @@ class TinyModelSpec:
                 f"TinyModelSpec.tie_word_embeddings={self.tie_word_embeddings!r} is invalid; "
                 "allowed: True or False"
             )
-        if self.vocab_size < MIN_VOCAB_SIZE:
+        if self.vocab_size < MIN_VOCAB_SIZE + len(self.atomic_words):
             raise ValueError(
                 f"TinyModelSpec.vocab_size={self.vocab_size} is invalid; allowed: >= {MIN_VOCAB_SIZE} "
                 f"({BYTE_ALPHABET_SIZE} byte symbols + {len(SPECIAL_TOKENS)} special + "
@@ -156,7 +165,8 @@ def default_corpus() -> list[str]:
 
 
 def build_tokenizer(
-    corpus: Iterable[str], vocab_size: int, *, model_max_length: int = 2048
+    corpus: Iterable[str], vocab_size: int, *, model_max_length: int = 2048,
+    atomic_words: Sequence[str] = (),
 ) -> "PreTrainedTokenizerFast":
     """Train a deterministic byte-level BPE on ``corpus``; ``len(tokenizer) <= vocab_size``.
 
@@ -174,7 +184,7 @@ def build_tokenizer(
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(REASONING_TOKENS),
+        vocab_size=vocab_size - len(REASONING_TOKENS) - len(atomic_words),
         min_frequency=2,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -183,6 +193,7 @@ def build_tokenizer(
     tok.train_from_iterator(texts, trainer=trainer)
     tok.add_tokens(
         [AddedToken(t, special=False, normalized=False, lstrip=False, rstrip=False) for t in REASONING_TOKENS]
+        + [AddedToken(w, special=False, normalized=False, single_word=True) for w in atomic_words]
     )
 
     fast = PreTrainedTokenizerFast(
@@ -257,7 +268,8 @@ def build_tiny_model(spec: TinyModelSpec, corpus: Iterable[str], out_dir: str | 
     """
     if not isinstance(spec, TinyModelSpec):
         raise TypeError(f"spec must be a TinyModelSpec, got {type(spec).__name__}")
-    tokenizer = build_tokenizer(corpus, spec.vocab_size, model_max_length=spec.max_position_embeddings)
+    tokenizer = build_tokenizer(corpus, spec.vocab_size, model_max_length=spec.max_position_embeddings,
+                                atomic_words=spec.atomic_words)
     model = create_tiny_model(spec, tokenizer)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -31,3 +31,12 @@ def env_corpus(env_id: str, kwargs: dict, episodes: int = 64, max_turns: int = 8
             texts.append(f"<answer>{a}</answer>")
     env.close()
     return texts
+
+
+def env_action_words(env_id: str, kwargs: dict) -> tuple[str, ...]:
+    """The env's ``valid_actions`` that are single words (kept atomic by the tiny tokenizer)."""
+    env = make_env(env_id, kwargs)
+    words = tuple(a for a in getattr(env.unwrapped, "valid_actions", ()) or ()
+                  if isinstance(a, str) and a.strip() and len(a.split()) == 1 and a == a.strip())
+    env.close()
+    return words

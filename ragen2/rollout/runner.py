@@ -131,6 +131,7 @@ def run_episodes(
         prompt = renderer.initial_prompt(system_prompt(env_instructions(env, info)), _as_text(obs))
         traj.append(prompt, 0)
         traj.first_prompt_len = len(prompt)
+        traj.observations.append(_as_text(obs))
         episodes.append(EpisodeState(env, traj, _as_text(obs)))
 
     for turn in range(max_turns):
@@ -174,6 +175,7 @@ def _advance(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text
     traj.turn_rewards.append(reward)
     traj.success = bool(info.get("success", traj.success))
     ep.observation = _as_text(obs)
+    traj.observations.append(ep.observation)
     if terminated or truncated:
         ep.done = True
         traj.terminated, traj.truncated = bool(terminated), bool(truncated)

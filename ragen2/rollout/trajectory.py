@@ -36,6 +36,13 @@ class Trajectory:
     first_think: str | None = None
     first_prompt_len: int = 0
     responses: list[str] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+
+    def as_text_record(self) -> dict:
+        """A readable summary (observations and responses as text) for sample logs."""
+        return {"env_seed": self.env_seed, "group_id": self.group_id, "reward": self.reward,
+                "success": self.success, "turn_rewards": self.turn_rewards,
+                "observations": self.observations, "responses": self.responses}
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
         self.input_ids.extend(int(i) for i in ids)

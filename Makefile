@@ -1,0 +1,21 @@
+# The two commands of the README. Each sets up .venv on first use (torch 2.13.0 CPU + ragen2).
+VENV ?= .venv
+STAMP := $(VENV)/.ragen2-installed
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: train test setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml launch/setup_venv.sh
+	bash launch/setup_venv.sh $(VENV)
+	touch $(STAMP)
+
+## Main job: warm start + RL on the embedded CPU default (tiny model, FrozenLake, Ray + FSDP2).
+train: $(STAMP)
+	$(VENV)/bin/ragen2-train $(ARGS)
+
+## Test suite (slow end-to-end tests included; add PYTEST_ARGS="-m 'not slow'" to skip them).
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,53 @@
+"""Shared fixtures: one tiny model and one Ray session per test process."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests build their tiny model and warm starts in the repo's own cache, not the user's.
+os.environ.setdefault("RAGEN2_CACHE", os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                                                   ".cache", "test"))
+
+
+@pytest.fixture(scope="session")
+def base_config():
+    from ragen2.train import load_config
+
+    return load_config([])
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(base_config) -> str:
+    """The default tiny model (built once into the cache, shared by every test)."""
+    from ragen2.train import resolve_model_path
+
+    return resolve_model_path(base_config)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_path):
+    from ragen2.models.loading import load_tokenizer
+
+    return load_tokenizer(tiny_model_path)
+
+
+@pytest.fixture(scope="session")
+def hf_engine(tiny_model_path):
+    from ragen2.engines.hf import HFEngine
+
+    return HFEngine(tiny_model_path)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

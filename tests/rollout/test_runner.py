@@ -1,0 +1,123 @@
+"""The episode loop's token bookkeeping, with a scripted engine standing in for the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen2.engines.base import Generation
+from ragen2.rollout.chat import ChatRenderer
+from ragen2.rollout.envs import env_factory
+from ragen2.rollout.runner import FORMAT_ERROR_NOTE, EngineTurnPolicy, EpisodeSpec, run_episodes
+from ragen2.engines.base import SamplingParams
+
+PENALTY = -0.1
+
+
+class ScriptedEngine:
+    """Returns a fixed response per turn, tokenised *character by character* (a tokenisation the
+    tokenizer itself would never produce), so any decode/re-encode of model output shows up."""
+
+    def __init__(self, tokenizer, responses, version=7, eos_last=False):
+        self.tok, self.responses, self.policy_version = tokenizer, responses, version
+        self.eos_last = eos_last
+        self.turn = 0
+        self.prompts = []
+
+    def generate(self, prompts, params):
+        text = self.responses[self.turn]
+        self.turn += 1
+        self.prompts.append([list(p) for p in prompts])
+        out = []
+        for _ in prompts:
+            ids = [i for ch in text for i in self.tok.encode(ch, add_special_tokens=False)]
+            reason = "stop"
+            if self.eos_last:
+                ids.append(self.tok.eos_token_id)
+                reason = "eos"
+            lps = [-0.5 - 0.01 * k for k in range(len(ids))]
+            out.append(Generation(ids, lps, reason, self.policy_version, ""))
+        return out
+
+    def load_weights(self, state_dict, version):  # pragma: no cover - not used
+        self.policy_version = version
+
+
+def _spans(mask):
+    spans, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        if not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+RESPONSES = [
+    "<think>I am at row 1.</think><answer>Jump</answer>",     # parsed, invalid action
+    "<think>¿ünïcode✓ 🧊</think> no answer tag here",            # unparsable
+    "<think>try left</think><answer>Left</answer>",            # valid move
+]
+
+
+def run(tokenizer, responses=RESPONSES, max_turns=3, eos_last=False, n=1):
+    engine = ScriptedEngine(tokenizer, responses, eos_last=eos_last)
+    policy = EngineTurnPolicy(engine, SamplingParams())
+    make = env_factory("ragen2/FrozenLake-v0", {"size": 4, "hole_prob": 0.0})
+    specs = [EpisodeSpec(env_seed=5, group_id=0) for _ in range(n)]
+    trajs = run_episodes(specs, make, ChatRenderer(tokenizer), policy, max_turns=max_turns,
+                         format_penalty=PENALTY, max_context_tokens=4096, max_new_tokens=64)
+    return engine, trajs
+
+
+def test_loss_mask_decodes_exactly_the_model_outputs(tiny_tokenizer):
+    engine, (traj,) = run(tiny_tokenizer)
+    assert traj.num_turns == 3
+    spans = _spans(traj.loss_mask)
+    assert len(spans) == 3
+    for (a, b), text in zip(spans, RESPONSES):
+        ids = traj.input_ids[a:b]
+        expected = [i for ch in text for i in tiny_tokenizer.encode(ch, add_special_tokens=False)]
+        assert ids == expected  # the engine's own ids, not a re-tokenisation
+        assert tiny_tokenizer.decode(ids, skip_special_tokens=False).encode() == text.encode()
+        assert traj.logprobs[a:b] == pytest.approx([-0.5 - 0.01 * k for k in range(b - a)])
+    # everything else is prompt/observation with zero logprob
+    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask) if not m)
+    assert [e for e in traj.turn_ends] == [b - 1 for _, b in spans]
+    # each turn's prompt is exactly the trajectory so far (append-only bookkeeping)
+    for turn, (a, _) in enumerate(spans):
+        assert engine.prompts[turn][0] == traj.input_ids[:a]
+
+
+def test_rewards_penalties_and_observations(tiny_tokenizer):
+    _, (traj,) = run(tiny_tokenizer)
+    assert traj.num_invalid_actions == 1 and traj.num_format_errors == 1
+    assert traj.turn_rewards[:2] == pytest.approx([PENALTY, PENALTY])
+    assert traj.truncated and traj.policy_version == 7
+    assert traj.first_think == "I am at row 1."
+    text = tiny_tokenizer.decode(traj.input_ids, skip_special_tokens=False)
+    assert "Invalid action 'Jump'" in text
+    assert FORMAT_ERROR_NOTE in text
+    assert traj.reward == pytest.approx(sum(traj.turn_rewards))
+
+
+def test_eos_is_not_duplicated(tiny_tokenizer):
+    _, (traj,) = run(tiny_tokenizer, eos_last=True, max_turns=2)
+    text = tiny_tokenizer.decode(traj.input_ids, skip_special_tokens=False)
+    assert "<|im_end|><|im_end|>" not in text
+    assert text.count("<|im_start|>assistant") == 2
+
+
+def test_group_shares_the_env_seed(tiny_tokenizer):
+    _, trajs = run(tiny_tokenizer, n=3)
+    first = [t.input_ids[:t.first_prompt_len] for t in trajs]
+    assert first[0] == first[1] == first[2]
+
+
+def test_unknown_env_id_names_the_key():
+    from ragen2.rollout.envs import EnvSpecError, make_env
+
+    with pytest.raises(EnvSpecError, match="env.id='ragen2/Nope-v0'"):
+        make_env("ragen2/Nope-v0")
+    with pytest.raises(EnvSpecError, match="size"):
+        make_env("ragen2/FrozenLake-v0", {"size": 1})

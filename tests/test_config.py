@@ -1,0 +1,79 @@
+"""The typed config: defaults compose, and bad input fails in a few lines naming the key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ragen2.config import ConfigError, check_override_keys
+from ragen2.train import load_config
+
+
+def test_defaults_compose(base_config):
+    c = base_config
+    assert c.env.id == "ragen2/FrozenLake-v0" and c.model.name == "tiny" and c.model.path is None
+    assert c.rollout.env_groups * c.rollout.group_size == 64
+    assert c.trainer.warm_start.enabled
+
+
+def test_public_keys_override():
+    c = load_config(["seed=3", "env.id=ragen2/FrozenLake-v0", "env.kwargs.size=5",
+                     "rollout.env_groups=2", "rollout.group_size=3", "rollout.max_turns=4",
+                     "trainer.total_steps=7", "trainer.save_every=2", "trainer.resume=true"])
+    assert (c.seed, c.env.kwargs["size"], c.rollout.env_groups, c.rollout.group_size) == (3, 5, 2, 3)
+    assert (c.rollout.max_turns, c.trainer.total_steps, c.trainer.save_every) == (4, 7, 2)
+    assert c.trainer.resume is True
+
+
+@pytest.mark.parametrize("override,key", [
+    ("trainer.total_stepz=2", "trainer.total_stepz"),
+    ("rollout.groupsize=2", "rollout.groupsize"),
+    ("trainr.total_steps=2", "trainr"),
+])
+def test_unknown_key_suggests(override, key):
+    with pytest.raises(ConfigError) as e:
+        check_override_keys([override])
+    assert e.value.key == key
+    assert "allowed" in str(e.value)
+
+
+def test_free_form_kwargs_are_allowed():
+    check_override_keys(["env.kwargs.anything=1", "hydra.run.dir=/tmp/x", "+foo=1", "model=tiny"])
+
+
+@pytest.mark.parametrize("override,key", [
+    ("rollout.group_size=0", "rollout.group_size"),
+    ("algorithm.clip_ratio_high=-1", "algorithm.clip_ratio_high"),
+    ("algorithm.loss_agg_mode=mean", "algorithm.loss_agg_mode"),
+    ("engine.top_p=1.5", "engine.top_p"),
+    ("trainer.warm_start.random_action_prob=2", "trainer.warm_start.random_action_prob"),
+    ("model.dtype=bfloat16", "model.dtype"),  # bf16 is refused on the CPU device
+])
+def test_out_of_range_values(override, key):
+    with pytest.raises(ConfigError) as e:
+        load_config([override])
+    assert e.value.key == key
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "ragen2.train", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["trainer.total_stepz=2"], "total_stepz"),
+    (["trainer.total_steps=abc"], "total_steps"),
+    (["rollout.group_size=0"], "rollout.group_size"),
+    (["env.id=ragen2/Nope-v0"], "ragen2/Nope-v0"),
+])
+def test_cli_errors_are_short_and_named(args, needle, tmp_path):
+    r = _cli(*args, f"hydra.run.dir={tmp_path}")
+    assert r.returncode != 0
+    err = r.stderr.strip()
+    assert needle in err
+    assert len(err.splitlines()) <= 8, err
+    assert "Traceback" not in err

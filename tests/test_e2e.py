@@ -1,0 +1,99 @@
+"""End-to-end runs through Ray + FSDP2 on the tiny model (slow; run in CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragen2.train import load_config, train
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["trainer.warm_start.episodes=32", "trainer.warm_start.epochs=1",
+         "trainer.warm_start.batch_size=16", "trainer.eval_episodes=8", "trainer.eval_every=0",
+         "rollout.env_groups=2", "rollout.group_size=3", "rollout.max_turns=3",
+         "trainer.loggers=[jsonl]", "cluster.learner_world_size=2", "algorithm.ppo_mini_batches=2"]
+
+
+def rows(run_dir: Path) -> dict[int, dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines)}
+
+
+def without_timing(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("timing/")}
+
+
+@pytest.fixture(scope="module")
+def four_steps(ray_session, tiny_model_path, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("four")
+    train(load_config(SMALL + ["trainer.total_steps=4", "trainer.save_every=2"]), run_dir)
+    return run_dir
+
+
+def test_four_steps_log_metrics_and_checkpoint(four_steps):
+    r = rows(four_steps)
+    assert sorted(r) == [0, 1, 2, 3, 4]
+    for step in range(1, 5):
+        assert {"rollout/success", "rollout/reward_mean", "actor/loss", "actor/logprob_gap",
+                "timing/step_s"} <= set(r[step])
+        # on-policy fp32 CPU data: engine and learner logprobs agree
+        assert r[step]["actor/logprob_gap"] < 1e-3
+        assert r[step]["actor/policy_version"] == step
+    assert "eval/success" in r[0] and "eval/success" in r[4]
+    latest = json.loads((four_steps / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] == 4
+    assert not list((four_steps / "checkpoints").glob("*.tmp-*"))
+
+
+def test_resume_continues_the_same_run(four_steps, ray_session, tmp_path):
+    train(load_config(SMALL + ["trainer.total_steps=2", "trainer.save_every=2"]), tmp_path)
+    train(load_config(SMALL + ["trainer.total_steps=4", "trainer.save_every=2",
+                               "trainer.resume=true"]), tmp_path)
+    full, resumed = rows(four_steps), rows(tmp_path)
+    assert sorted(resumed) == [0, 1, 2, 3, 4]
+    for step in (3, 4):
+        assert without_timing(resumed[step]) == without_timing(full[step])
+
+
+def test_stale_batch_is_refused(ray_session, tiny_model_path):
+    import numpy as np
+    import ray
+
+    from ragen2.learner.group import LearnerGroup
+
+    cfg = load_config(SMALL + ["cluster.learner_world_size=1"])
+    group = LearnerGroup(cfg, tiny_model_path, threads=1)
+    try:
+        n, L = 2, 6
+        batch = {"input_ids": np.ones((n, L), np.int64), "attention_mask": np.ones((n, L), np.int64),
+                 "loss_mask": np.ones((n, L), np.int64), "logprobs": np.zeros((n, L), np.float32),
+                 "token_rewards": np.zeros((n, L), np.float32), "rewards": np.array([0.0, 1.0], np.float32),
+                 "group_ids": np.zeros(n, np.int64), "policy_version": np.array([0, 3])}
+        with pytest.raises(ray.exceptions.RayTaskError, match="policy version"):
+            group.update(ray.put(batch), 1)
+    finally:
+        group.shutdown()
+
+
+def test_cli_two_steps(tmp_path):
+    """The issue's command, as a user runs it (own Ray, own process)."""
+    cmd = [sys.executable, "-m", "ragen2.train", "seed=1", "trainer.total_steps=2",
+           "rollout.env_groups=2", "rollout.group_size=2", f"hydra.run.dir={tmp_path}",
+           "trainer.warm_start.episodes=32", "trainer.eval_episodes=8"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400,
+                       env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = rows(tmp_path)
+    assert {1, 2} <= set(steps)
+    for s in (1, 2):
+        assert any(k.startswith("rollout/") for k in steps[s])
+        assert any(k.startswith("actor/") for k in steps[s])
+        assert any(k.startswith("timing/") for k in steps[s])
+    assert "held-out success before RL" in r.stdout
+    assert (tmp_path / "summary.json").exists()
