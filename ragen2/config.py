@@ -91,7 +91,7 @@ class EngineConfig:
     name: str = "hf"
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 40
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
 
     def validate(self, p: str) -> None:
@@ -108,8 +108,8 @@ class RolloutConfig:
     """One step collects ``env_groups x group_size`` episodes; a group shares its env seed."""
 
     env_groups: int = 8
-    group_size: int = 8
-    max_turns: int = 6
+    group_size: int = 4
+    max_turns: int = 8
     num_workers: int = 1
     format_penalty: float = -0.1
     max_context_tokens: int = 1536
@@ -140,7 +140,8 @@ class AlgorithmConfig:
     ppo_epochs: int = 1
     ppo_mini_batches: int = 1
     micro_batch_size: int = 16  # memory only: never changes the maths
-    lr: float = 1e-4
+    lr: float = 5e-4
+    lr_warmup_steps: int = 3  # linear warm-up over the first RL updates (Adam's first steps are large)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     critic_lr: float = 5e-4
@@ -165,6 +166,7 @@ class AlgorithmConfig:
         for n in ("kl_coef", "entropy_coef", "weight_decay", "value_coef"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0")
+        _check(self.lr_warmup_steps >= 0, f"{p}.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
         _positive(self, p, "ppo_epochs", "ppo_mini_batches", "micro_batch_size", "lr",
                   "critic_lr", "grad_clip")
         _check(self.value_clip is None or self.value_clip > 0, f"{p}.value_clip",
@@ -198,11 +200,11 @@ class WarmStartConfig:
     """Behaviour cloning on the env's (deliberately imperfect) expert demonstrations before RL."""
 
     enabled: bool = True
-    episodes: int = 1024
-    epochs: int = 2
-    batch_size: int = 32
-    lr: float = 1e-3
-    random_action_prob: float = 0.3
+    episodes: int = 512
+    epochs: int = 1
+    batch_size: int = 8
+    lr: float = 2e-3
+    random_action_prob: float = 0.5
     seed: int = 0  # its own seed: runs differing only in `seed` share one warm-started policy
     cache: bool = True  # reuse a warm-started policy built with identical settings
 

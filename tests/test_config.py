@@ -15,7 +15,7 @@ from ragen2.train import load_config
 def test_defaults_compose(base_config):
     c = base_config
     assert c.env.id == "ragen2/FrozenLake-v0" and c.model.name == "tiny" and c.model.path is None
-    assert c.rollout.env_groups * c.rollout.group_size == 64
+    assert c.rollout.env_groups * c.rollout.group_size == 32
     assert c.trainer.warm_start.enabled
 
 

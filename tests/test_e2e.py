@@ -20,6 +20,11 @@ SMALL = ["trainer.warm_start.episodes=32", "trainer.warm_start.epochs=1",
          "trainer.loggers=[jsonl]", "cluster.learner_world_size=2", "algorithm.ppo_mini_batches=2"]
 
 
+def small(model_path: str, *extra: str) -> list[str]:
+    """Tiny budgets; the model goes through `model=hf` (real HF loading of a saved directory)."""
+    return ["model=hf", f"model.path={model_path}", *SMALL, *extra]
+
+
 def rows(run_dir: Path) -> dict[int, dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: r for r in map(json.loads, lines)}
@@ -32,7 +37,7 @@ def without_timing(row: dict) -> dict:
 @pytest.fixture(scope="module")
 def four_steps(ray_session, tiny_model_path, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("four")
-    train(load_config(SMALL + ["trainer.total_steps=4", "trainer.save_every=2"]), run_dir)
+    train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2")), run_dir)
     return run_dir
 
 
@@ -51,10 +56,10 @@ def test_four_steps_log_metrics_and_checkpoint(four_steps):
     assert not list((four_steps / "checkpoints").glob("*.tmp-*"))
 
 
-def test_resume_continues_the_same_run(four_steps, ray_session, tmp_path):
-    train(load_config(SMALL + ["trainer.total_steps=2", "trainer.save_every=2"]), tmp_path)
-    train(load_config(SMALL + ["trainer.total_steps=4", "trainer.save_every=2",
-                               "trainer.resume=true"]), tmp_path)
+def test_resume_continues_the_same_run(four_steps, ray_session, tiny_model_path, tmp_path):
+    train(load_config(small(tiny_model_path, "trainer.total_steps=2", "trainer.save_every=2")), tmp_path)
+    train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2",
+                            "trainer.resume=true")), tmp_path)
     full, resumed = rows(four_steps), rows(tmp_path)
     assert sorted(resumed) == [0, 1, 2, 3, 4]
     for step in (3, 4):
@@ -67,7 +72,7 @@ def test_stale_batch_is_refused(ray_session, tiny_model_path):
 
     from ragen2.learner.group import LearnerGroup
 
-    cfg = load_config(SMALL + ["cluster.learner_world_size=1"])
+    cfg = load_config(small(tiny_model_path, "cluster.learner_world_size=1"))
     group = LearnerGroup(cfg, tiny_model_path, threads=1)
     try:
         n, L = 2, 6

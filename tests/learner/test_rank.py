@@ -52,8 +52,10 @@ def test_micro_batch_size_does_not_change_the_update(tiny_model_path, agg):
     m8, w8 = _run(tiny_model_path, "algorithm.micro_batch_size=8", f"algorithm.loss_agg_mode={agg}")
     assert m1["actor/loss"] == pytest.approx(m8["actor/loss"], rel=1e-5, abs=1e-7)
     assert m1["actor/grad_norm"] == pytest.approx(m8["actor/grad_norm"], rel=1e-4)
+    # Adam's first step is ~lr * sign(grad): a weight whose gradient is ~0 can move by a different
+    # amount under float reordering, so weights are compared to 1% of lr (1e-3), not bit for bit.
     for k in w1:
-        np.testing.assert_allclose(w1[k], w8[k], atol=2e-6, err_msg=k)
+        np.testing.assert_allclose(w1[k], w8[k], atol=1e-5, err_msg=k)
 
 
 def test_logprob_gap_and_version(tiny_model_path):

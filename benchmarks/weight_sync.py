@@ -1,0 +1,60 @@
+"""Weight sync through Ray's object store: numpy arrays (what ragen2 ships) vs torch tensors.
+
+Measures the median wall time of put + fetch-in-an-actor for a state dict of the tiny model's
+shape (or --params), side by side in one run, and prints the ratio. Usage:
+    python benchmarks/weight_sync.py [--params 10_000_000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import ray
+import torch
+
+
+@ray.remote(num_cpus=0)
+class Receiver:
+    def take(self, weights) -> int:
+        return sum(int(np.asarray(v).size) for v in weights.values())
+
+
+def state_dict(params: int, layers: int = 8) -> dict[str, torch.Tensor]:
+    per = params // layers
+    side = int(per ** 0.5)
+    return {f"layer{i}.weight": torch.randn(side, side) for i in range(layers)}
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", type=int, default=10_000_000)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rx = Receiver.remote()
+    sd = state_dict(args.params)
+    as_numpy = {k: v.numpy() for k, v in sd.items()}
+    t_np = median_time(lambda: ray.get(rx.take.remote(ray.put(as_numpy))), args.repeats)
+    t_pt = median_time(lambda: ray.get(rx.take.remote(ray.put(sd))), args.repeats)
+    result = {"params": sum(v.numel() for v in sd.values()), "numpy_s": t_np, "torch_s": t_pt,
+              "torch_over_numpy": t_pt / t_np}
+    print(json.dumps(result, indent=1))
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
