@@ -54,6 +54,8 @@ class EnvConfig:
 
 @dataclass
 class TinySpecConfig:
+    """The tiny model's architecture (the fields of ``ragen2.models.tiny.TinyModelSpec``)."""
+
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
@@ -61,11 +63,21 @@ class TinySpecConfig:
     intermediate_size: int = 512
     vocab_size: int = 1024
     max_position_embeddings: int = 2048
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
     seed: int = 0
 
+    def to_spec(self, atomic_words: tuple[str, ...] = ()):  # noqa: ANN201  (TinyModelSpec)
+        from ragen2.models.tiny import TinyModelSpec
+
+        return TinyModelSpec(**dataclasses.asdict(self), atomic_words=atomic_words)
+
     def validate(self, p: str) -> None:
-        _positive(self, p, "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                  "intermediate_size", "vocab_size", "max_position_embeddings")
+        try:
+            self.to_spec()  # TinyModelSpec owns the rules (positive sizes, head divisibility, ...)
+        except ValueError as e:
+            field_name = str(e).split("=", 1)[0].rpartition(".")[2]
+            raise ConfigError(f"{p}.{field_name}", getattr(self, field_name, None), str(e)) from None
 
 
 @dataclass

@@ -35,14 +35,10 @@ def resolve_model_path(cfg: Config) -> str:
 
         load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)  # fail fast
         return cfg.model.path
-    from ragen2.models.tiny import TinyModelSpec, ensure_tiny_model
+    from ragen2.models.tiny import ensure_tiny_model
     from ragen2.rollout.corpus import env_action_words, env_corpus
 
-    t = cfg.model.tiny
-    spec = TinyModelSpec(hidden_size=t.hidden_size, num_layers=t.num_layers, num_heads=t.num_heads,
-                         num_kv_heads=t.num_kv_heads, intermediate_size=t.intermediate_size,
-                         vocab_size=t.vocab_size, max_position_embeddings=t.max_position_embeddings,
-                         seed=t.seed, atomic_words=env_action_words(cfg.env.id, cfg.env.kwargs))
+    spec = cfg.model.tiny.to_spec(env_action_words(cfg.env.id, cfg.env.kwargs))
     path = ensure_tiny_model(spec, lambda: env_corpus(cfg.env.id, cfg.env.kwargs), cfg.model.cache_dir)
     return str(path)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -56,16 +55,13 @@ class RolloutWorker:
                             max_context_tokens=r.max_context_tokens,
                             max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs)
 
-    def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,
-                temperature: float | None = None) -> list[Trajectory]:
+    def rollout(self, specs: Sequence[EpisodeSpec], seed: int,
+                expected_version: int) -> list[Trajectory]:
         """Sample episodes with the current policy, refusing to run a stale one."""
         if self.engine.policy_version != expected_version:
             raise StalePolicyError(f"worker {self.worker_id} holds policy version "
                                    f"{self.engine.policy_version}, step expects {expected_version}")
-        params = sampling_params(self.cfg, seed)
-        if temperature is not None:
-            params = replace(params, temperature=temperature)
-        return self._run(specs, EngineTurnPolicy(self.engine, params))
+        return self._run(specs, EngineTurnPolicy(self.engine, sampling_params(self.cfg, seed)))
 
     def demonstrate(self, specs: Sequence[EpisodeSpec], random_action_prob: float,
                     seed: int) -> list[Trajectory]:
