@@ -40,12 +40,17 @@ def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
     return [list(items[bounds[i]:bounds[i + 1]]) for i in range(parts)]
 
 
-def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    r = np.array([t.reward for t in trajs])
+def group_rewards(trajs: Sequence[Trajectory]) -> dict[int, list[float]]:
+    """Episode rewards per group id (the input of group filters)."""
     groups: dict[int, list[float]] = defaultdict(list)
     for t in trajs:
         groups[t.group_id].append(t.reward)
-    stds = np.array([np.std(v) for v in groups.values()])
+    return groups
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    r = np.array([t.reward for t in trajs])
+    stds = np.array([np.std(v) for v in group_rewards(trajs).values()])
     turns = np.array([t.num_turns for t in trajs])
     return {
         f"{prefix}/success": float(np.mean([t.success for t in trajs])),
@@ -190,9 +195,7 @@ class Controller:
         trajs = self.collect(step)
         t_roll = time.perf_counter() - t0
         metrics = rollout_metrics(trajs, "rollout")
-        groups: dict[int, list[float]] = defaultdict(list)
-        for t in trajs:
-            groups[t.group_id].append(t.reward)
+        groups = group_rewards(trajs)
         keep = set(GROUP_FILTERS.get(self.cfg.filter.name)(groups))
         kept = [t for t in trajs if t.group_id in keep]
         metrics["filter/kept_group_frac"] = len(keep) / max(len(groups), 1)

@@ -102,3 +102,21 @@ def test_cli_two_steps(tmp_path):
         assert any(k.startswith("timing/") for k in steps[s])
     assert "held-out success before RL" in r.stdout
     assert (tmp_path / "summary.json").exists()
+
+
+def test_ppo_with_critic_and_kl_to_reference(ray_session, tiny_model_path, tmp_path):
+    """algorithm=ppo: value model + GAE, a frozen reference for k3 KL, checkpoint of all three."""
+    cfg = load_config(small(tiny_model_path, "algorithm=ppo", "algorithm.kl_coef=0.05",
+                            "trainer.total_steps=2", "trainer.save_every=1"))
+    train(cfg, tmp_path)
+    r = rows(tmp_path)
+    for step in (1, 2):
+        assert r[step]["critic/vf_loss"] >= 0 and "actor/kl_loss" in r[step]
+        assert r[step]["actor/logprob_gap"] < 1e-3
+    ckpt = tmp_path / "checkpoints" / "step_000002"
+    assert {"policy.pt", "critic.pt", "ref.pt", "trainer_state.json"} <= {p.name for p in ckpt.iterdir()}
+    # resume restores policy, critic, reference and optimizers, and goes on from step 3
+    train(load_config(small(tiny_model_path, "algorithm=ppo", "algorithm.kl_coef=0.05",
+                            "trainer.total_steps=3", "trainer.resume=true")), tmp_path)
+    r = rows(tmp_path)
+    assert sorted(r) == [0, 1, 2, 3] and r[3]["actor/policy_version"] == 3

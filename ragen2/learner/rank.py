@@ -299,8 +299,10 @@ class LearnerRank:
     def finish_warm_start(self) -> None:
         """Drop the SFT optimizer; the frozen KL reference becomes the warm-started policy."""
         self.sft_optim = None
-        if self.ref is not None:
-            load_full_state_dict(self.ref, full_state_dict(self.model))
+        if self.ref is not None:  # identical sharding: copy local shards, no communication
+            with torch.no_grad():
+                for ref_p, p in zip(self.ref.parameters(), self.model.parameters()):
+                    ref_p.copy_(p)
 
     # ------------------------------------------------------------------ weights
     def policy_weights(self) -> dict[str, np.ndarray] | None:
