@@ -14,6 +14,14 @@ ENV_IDS = {
     "ragen2/FrozenLake-v0": "ragen2_envs.frozenlake:FrozenLakeTextEnv",
 }
 
+#: default kwargs registered with an id (as gymnasium does for its own FrozenLake map names), so
+#: `env.id=...` alone selects a whole task; `env.kwargs` overrides them.
+REGISTERED_KWARGS = {
+    # the classic layout: start top-left, goal bottom-right, random holes
+    "ragen2/FrozenLake-v0": {"size": 4, "hole_prob": 0.1, "random_start_goal": False},
+}
+
 for _env_id, _entry_point in ENV_IDS.items():
     if _env_id not in gymnasium.registry:
-        gymnasium.register(id=_env_id, entry_point=_entry_point)
+        gymnasium.register(id=_env_id, entry_point=_entry_point,
+                           kwargs=REGISTERED_KWARGS.get(_env_id, {}))
