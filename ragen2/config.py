@@ -329,6 +329,23 @@ def _schema_keys(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def normalize_overrides(overrides: list[str]) -> list[str]:
+    """Let keys below a free-form dict field (``env.kwargs.size=5``) be added as well as changed.
+
+    Hydra refuses a new key in a typed config unless it is written ``++key=value``; entries of
+    ``env.kwargs`` are the env's own constructor arguments, so they get that prefix here.
+    """
+    dict_fields = {k for k, v in _schema_keys(Config()).items() if isinstance(v, dict)}
+    out = []
+    for ov in overrides:
+        key = ov.split("=", 1)[0]
+        if "=" in ov and not key.startswith(("+", "~")) and any(
+                key.startswith(f + ".") for f in dict_fields):
+            ov = "++" + ov
+        out.append(ov)
+    return out
+
+
 def check_override_keys(overrides: list[str]) -> None:
     """Fail fast on command-line overrides whose key is not in the schema, with suggestions.
 

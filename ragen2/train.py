@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ragen2.config import Config, ConfigError, check_override_keys, register_schema, to_config
+from ragen2.config import (Config, ConfigError, check_override_keys, normalize_overrides,
+                           register_schema, to_config)
 
 CONFIG_MODULE = "ragen2_configs"
 log = logging.getLogger("ragen2")
@@ -25,7 +26,7 @@ def load_config(overrides: Sequence[str] = ()) -> Config:
     check_override_keys(list(overrides))
     register_schema()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=list(overrides)))
+        return to_config(compose(config_name="config", overrides=normalize_overrides(list(overrides))))
 
 
 def resolve_model_path(cfg: Config) -> str:
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ConfigError as e:
         _fail(str(e))
     register_schema()
-    sys.argv = [sys.argv[0], *argv]
+    sys.argv = [sys.argv[0], *normalize_overrides(argv)]
     hydra.main(config_path=f"pkg://{CONFIG_MODULE}", config_name="config", version_base="1.3")(_hydra_main)()
 
 
