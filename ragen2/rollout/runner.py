@@ -165,6 +165,7 @@ def _advance(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text
         traj.num_format_errors += 1
         traj.turn_rewards.append(format_penalty)
         ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
+        traj.observations.append(ep.observation)
         return
     obs, reward, terminated, truncated, info = ep.env.step(parsed.answer)
     reward = float(reward)
