@@ -25,38 +25,22 @@ An invalid action leaves the state unchanged and prefixes the board with one lin
 
 from __future__ import annotations
 
-import string
-from numbers import Real
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .checks import ACTION_CHARSET, OBS_CHARSET, invalid_action_note, is_bool, is_int, is_real
 from .grid import ACTION_NAMES, PERPENDICULAR, bfs_path, move, parse_action, render_rows
 
 __all__ = ["FrozenLakeTextEnv"]
 
 # Characters that may appear in an observation (board, status line, echoed invalid action).
-_ECHO_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
-OBS_CHARSET = _ECHO_CHARSET + "\n"
-ACTION_CHARSET = _ECHO_CHARSET
 _MAX_ECHO = 30  # longest invalid action echoed back verbatim
 _MAX_ATTEMPTS = 200  # random maps tried before carving a path (see _generate_map)
 
 SYM_PLAYER, SYM_GOAL, SYM_HOLE, SYM_ICE, SYM_PLAYER_IN_HOLE = "P", "G", "O", "_", "X"
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def _is_bool(x: Any) -> bool:
-    return isinstance(x, (bool, np.bool_))
-
-
-def _is_real(x: Any) -> bool:
-    return isinstance(x, Real) and not isinstance(x, (bool, np.bool_))
 
 
 class FrozenLakeTextEnv(gym.Env):
@@ -89,17 +73,17 @@ class FrozenLakeTextEnv(gym.Env):
         random_start_goal: bool = True,
         render_mode: str | None = None,
     ) -> None:
-        if not _is_int(size) or size < 2:
+        if not is_int(size) or size < 2:
             raise ValueError(f"size must be an int >= 2, got {size!r}")
-        if not _is_real(hole_prob) or not 0.0 <= hole_prob < 0.9:
+        if not is_real(hole_prob) or not 0.0 <= hole_prob < 0.9:
             raise ValueError(f"hole_prob must be a number in [0, 0.9), got {hole_prob!r}")
-        if not _is_bool(is_slippery):
+        if not is_bool(is_slippery):
             raise ValueError(f"is_slippery must be a bool (True or False), got {is_slippery!r}")
-        if not _is_real(slip_prob) or not 0.0 <= slip_prob <= 1.0:
+        if not is_real(slip_prob) or not 0.0 <= slip_prob <= 1.0:
             raise ValueError(f"slip_prob must be a number in [0, 1], got {slip_prob!r}")
-        if not _is_int(max_steps) or max_steps < 1:
+        if not is_int(max_steps) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
-        if not _is_bool(random_start_goal):
+        if not is_bool(random_start_goal):
             raise ValueError(
                 f"random_start_goal must be a bool (True or False), got {random_start_goal!r}"
             )
@@ -173,14 +157,6 @@ class FrozenLakeTextEnv(gym.Env):
     def _observation(self) -> str:
         return f"{self._board_text()}\n{self._status_text()}"
 
-    @staticmethod
-    def _invalid_note(action: Any) -> str:
-        text = action if isinstance(action, str) else repr(action)
-        text = "".join(ch if ch in _ECHO_CHARSET else "?" for ch in text)
-        if len(text) > _MAX_ECHO:
-            text = text[:_MAX_ECHO] + "..."
-        return f"Invalid action '{text}'. Valid actions: {', '.join(ACTION_NAMES)}."
-
     # ------------------------------------------------------------------ map
     def _generate_map(self) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
         """Random holes, distinct start/goal that are not holes, retried until BFS finds a path.
@@ -241,7 +217,7 @@ class FrozenLakeTextEnv(gym.Env):
             # Episode already over: no-op, same flags, zero reward.
             obs = self._observation()
             if not valid:
-                obs = f"{self._invalid_note(action)}\n{obs}"
+                obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
             info = self._info(valid, None)
             return obs, 0.0, self._terminated, self._truncated, info
 
@@ -265,7 +241,7 @@ class FrozenLakeTextEnv(gym.Env):
 
         obs = self._observation()
         if not valid:
-            obs = f"{self._invalid_note(action)}\n{obs}"
+            obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
         return obs, reward, self._terminated, self._truncated, self._info(valid, effective)
 
     def _info(self, valid: bool, effective: str | None) -> dict[str, Any]:

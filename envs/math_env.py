@@ -34,13 +34,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import string
 from fractions import Fraction
 from numbers import Rational, Real
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from .checks import ACTION_CHARSET, OBS_CHARSET, is_int, is_real
 import numpy as np
 from gymnasium import spaces
 
@@ -50,9 +50,6 @@ __all__ = ["MathTextEnv", "parse_number", "answers_match", "load_dataset", "SAMP
 SAMPLE_DATASET: Path = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
 
 ANSWER_LINE = "Answer with the number only."
-_BASE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
-OBS_CHARSET = _BASE_CHARSET + "\n"
-ACTION_CHARSET = _BASE_CHARSET
 _MAX_ACTION_LEN = 256
 
 # One number token; alternatives are tried in order (mixed number before fraction before the rest).
@@ -185,14 +182,6 @@ def load_dataset(path: str | os.PathLike) -> list[tuple[str, str, str]]:
 _NAMES = ("Ana", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonah")
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def _is_real(x: Any) -> bool:
-    return isinstance(x, Real) and not isinstance(x, (bool, np.bool_))
-
-
 class MathTextEnv(gym.Env):
     """Math problems with text observations and free-text numeric answers.
 
@@ -219,11 +208,11 @@ class MathTextEnv(gym.Env):
         dataset_path: str | os.PathLike | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if not _is_int(difficulty) or not 1 <= difficulty <= 3:
+        if not is_int(difficulty) or not 1 <= difficulty <= 3:
             raise ValueError(f"difficulty must be an int in 1..3, got {difficulty!r}")
-        if not _is_int(max_attempts) or max_attempts < 1:
+        if not is_int(max_attempts) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        if not _is_real(decay) or not 0.0 < decay <= 1.0:
+        if not is_real(decay) or not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be a number in (0, 1], got {decay!r}")
         if dataset_path is not None and not isinstance(dataset_path, (str, os.PathLike)):
             raise ValueError(f"dataset_path must be None or a file path, got {dataset_path!r}")

@@ -31,7 +31,6 @@ strings of the symbols above (spaces between symbols are ignored).
 
 from __future__ import annotations
 
-import string
 from collections import deque
 from typing import Any, Iterable, Sequence
 
@@ -39,15 +38,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .checks import ACTION_CHARSET, OBS_CHARSET, invalid_action_note, is_int
 from .grid import ACTION_NAMES, DIRECTIONS, neighbor, parse_action, render_rows
 
 __all__ = ["SokobanTextEnv", "solve_sokoban"]
 
 Pos = tuple[int, int]
 
-_ECHO_CHARSET = string.ascii_letters + string.digits + string.punctuation + " "
-OBS_CHARSET = _ECHO_CHARSET + "\n"
-ACTION_CHARSET = _ECHO_CHARSET
 _MAX_ECHO = 30
 _MAX_ATTEMPTS = 1000  # generated levels tried before giving up (see _generate_level)
 
@@ -57,10 +54,6 @@ SYM_BOX_ON_TARGET, SYM_PLAYER_ON_TARGET = "*", "+"
 STEP_REWARD = -0.1
 BOX_ON_TARGET_REWARD = 1.0
 SOLVED_REWARD = 10.0
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def solve_sokoban(
@@ -144,13 +137,13 @@ class SokobanTextEnv(gym.Env):
         max_steps: int = 100,
         render_mode: str | None = None,
     ) -> None:
-        if not _is_int(size) or size < 5:
+        if not is_int(size) or size < 5:
             raise ValueError(f"size must be an int >= 5, got {size!r}")
-        if not _is_int(num_boxes) or not 1 <= num_boxes <= 3:
+        if not is_int(num_boxes) or not 1 <= num_boxes <= 3:
             raise ValueError(f"num_boxes must be an int in 1..3, got {num_boxes!r}")
-        if not _is_int(reverse_steps) or reverse_steps < 1:
+        if not is_int(reverse_steps) or reverse_steps < 1:
             raise ValueError(f"reverse_steps must be an int >= 1, got {reverse_steps!r}")
-        if not _is_int(max_steps) or max_steps < 1:
+        if not is_int(max_steps) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
@@ -214,14 +207,6 @@ class SokobanTextEnv(gym.Env):
 
     def _observation(self) -> str:
         return f"{self._board_text()}\n{self._status_text()}"
-
-    @staticmethod
-    def _invalid_note(action: Any) -> str:
-        text = action if isinstance(action, str) else repr(action)
-        text = "".join(ch if ch in _ECHO_CHARSET else "?" for ch in text)
-        if len(text) > _MAX_ECHO:
-            text = text[:_MAX_ECHO] + "..."
-        return f"Invalid action '{text}'. Valid actions: {', '.join(ACTION_NAMES)}."
 
     # ------------------------------------------------------------------ levels
     def _generate_level(self) -> tuple[np.ndarray, frozenset[Pos], set[Pos], Pos]:
@@ -332,7 +317,7 @@ class SokobanTextEnv(gym.Env):
         if self._terminated or self._truncated:
             obs = self._observation()
             if not valid:
-                obs = f"{self._invalid_note(action)}\n{obs}"
+                obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
             return obs, 0.0, self._terminated, self._truncated, self._info(valid)
 
         self._steps += 1
@@ -351,7 +336,7 @@ class SokobanTextEnv(gym.Env):
 
         obs = self._observation()
         if not valid:
-            obs = f"{self._invalid_note(action)}\n{obs}"
+            obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
         return obs, float(reward), self._terminated, self._truncated, self._info(valid)
 
     def _apply_move(self, action: str) -> None:
