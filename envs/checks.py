@@ -35,3 +35,20 @@ def invalid_action_note(action: Any, valid_actions: tuple[str, ...], max_echo: i
     if len(text) > max_echo:
         text = text[:max_echo] + "..."
     return f"Invalid action '{text}'. Valid actions: {', '.join(valid_actions)}."
+
+
+def check_render_mode(render_mode: Any, allowed: list[str]) -> None:
+    if render_mode is not None and render_mode not in allowed:
+        raise ValueError(f"render_mode must be None or one of {allowed}, got {render_mode!r}")
+
+
+def grid_text_spaces(size: int) -> tuple[Any, Any]:
+    """Observation and action spaces of a text gridworld with a ``size`` x ``size`` board.
+
+    The board is ``size`` rows of ``2 * size - 1`` characters plus newlines; the status line and
+    an invalid-action note stay well under the 256 characters of slack.
+    """
+    from gymnasium import spaces
+
+    obs = spaces.Text(max_length=2 * size * size + 256, min_length=1, charset=OBS_CHARSET)
+    return obs, spaces.Text(max_length=64, min_length=0, charset=ACTION_CHARSET)

@@ -29,9 +29,15 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
-from .checks import ACTION_CHARSET, OBS_CHARSET, invalid_action_note, is_bool, is_int, is_real
+from .checks import (
+    check_render_mode,
+    grid_text_spaces,
+    invalid_action_note,
+    is_bool,
+    is_int,
+    is_real,
+)
 from .grid import ACTION_NAMES, PERPENDICULAR, bfs_path, move, parse_action, render_rows
 
 __all__ = ["FrozenLakeTextEnv"]
@@ -87,8 +93,7 @@ class FrozenLakeTextEnv(gym.Env):
             raise ValueError(
                 f"random_start_goal must be a bool (True or False), got {random_start_goal!r}"
             )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode, self.metadata["render_modes"])
 
         self.size = int(size)
         self.hole_prob = float(hole_prob)
@@ -98,13 +103,7 @@ class FrozenLakeTextEnv(gym.Env):
         self.random_start_goal = bool(random_start_goal)
         self.render_mode = render_mode
 
-        n = self.size
-        # Board: n rows of (2n - 1) chars + newlines; status line <= ~80 chars for 4-digit sizes;
-        # invalid-action note <= ~100 chars. Generous slack on top.
-        self.observation_space = spaces.Text(
-            max_length=2 * n * n + 256, min_length=1, charset=OBS_CHARSET
-        )
-        self.action_space = spaces.Text(max_length=64, min_length=0, charset=ACTION_CHARSET)
+        self.observation_space, self.action_space = grid_text_spaces(self.size)
 
         self.instructions: str = self._make_instructions()
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from .checks import ACTION_CHARSET, OBS_CHARSET, is_int, is_real
+from .checks import ACTION_CHARSET, OBS_CHARSET, check_render_mode, is_int, is_real
 import numpy as np
 from gymnasium import spaces
 
@@ -218,8 +218,7 @@ class MathTextEnv(gym.Env):
             raise ValueError(f"dataset_path must be None or a file path, got {dataset_path!r}")
         if dataset_path is not None and not Path(dataset_path).is_file():
             raise ValueError(f"dataset_path must be an existing JSONL file, got {dataset_path!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode, self.metadata["render_modes"])
 
         self.difficulty = int(difficulty)
         self.max_attempts = int(max_attempts)

@@ -36,9 +36,13 @@ from typing import Any, Iterable, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
-from .checks import ACTION_CHARSET, OBS_CHARSET, invalid_action_note, is_int
+from .checks import (
+    check_render_mode,
+    grid_text_spaces,
+    invalid_action_note,
+    is_int,
+)
 from .grid import ACTION_NAMES, DIRECTIONS, neighbor, parse_action, render_rows
 
 __all__ = ["SokobanTextEnv", "solve_sokoban"]
@@ -145,8 +149,7 @@ class SokobanTextEnv(gym.Env):
             raise ValueError(f"reverse_steps must be an int >= 1, got {reverse_steps!r}")
         if not is_int(max_steps) or max_steps < 1:
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode, self.metadata["render_modes"])
 
         self.size = int(size)
         self.num_boxes = int(num_boxes)
@@ -154,11 +157,7 @@ class SokobanTextEnv(gym.Env):
         self.max_steps = int(max_steps)
         self.render_mode = render_mode
 
-        n = self.size
-        self.observation_space = spaces.Text(
-            max_length=2 * n * n + 256, min_length=1, charset=OBS_CHARSET
-        )
-        self.action_space = spaces.Text(max_length=64, min_length=0, charset=ACTION_CHARSET)
+        self.observation_space, self.action_space = grid_text_spaces(self.size)
         self.instructions: str = (
             "A Sokoban room: # is a wall, _ is floor, P is you, B is a box, T is a target, "
             "* is a box on a target, + is you on a target. "
