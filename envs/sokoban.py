@@ -373,18 +373,18 @@ class SokobanTextEnv(gym.Env):
         return solve_sokoban(self._walls, self._boxes, self._targets, self._player, max_states)  # type: ignore[arg-type]
 
     def demonstration(self) -> tuple[str, str]:
-        """(reasoning, action) for the current state; the action is the solver's first move."""
+        """(reasoning, action) for the current state: the solver's first move, or ``Left`` in a dead state."""
         if self._player is None:
             raise RuntimeError("demonstration() called before reset()")
         if self._terminated or self._truncated:
             raise RuntimeError("demonstration() called after the episode ended")
+        where = f"I am at row {self._player[0] + 1}, column {self._player[1] + 1}. " \
+            f"Boxes on targets: {self._on_targets()} of {len(self._boxes)}."
         plan = self.solve()
-        if not plan:
-            raise RuntimeError("no solution found from the current state")
-        action = plan[0]
-        reasoning = f"I am at row {self._player[0] + 1}, column {self._player[1] + 1}. " \
-            f"Boxes on targets: {self._on_targets()} of {len(self._boxes)}. The plan starts {action}."
-        return reasoning, action
+        if plan:
+            return f"{where} The plan starts {plan[0]}.", plan[0]
+        # a dead state (a box pushed into a corner, say): no plan exists; any move will do
+        return f"{where} No plan is left from here.", ACTION_NAMES[0]
 
     # ------------------------------------------------------------------ read-only state
     @property

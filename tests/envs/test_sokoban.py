@@ -283,3 +283,13 @@ def test_instructions():
     for word in ["#", "_", "P", "B", "T", "*", "+", "Left", "Down", "Right", "Up"]:
         assert word in env.instructions
     assert SokobanTextEnv.valid_actions == ("Left", "Down", "Right", "Up")
+
+
+def test_demonstration_in_a_dead_state_says_so_and_moves():
+    # a box pushed into a corner can never reach its target: the expert keeps playing
+    env = SokobanTextEnv(size=5)
+    env.reset(seed=0, options={"level": ["#####", "#B_T#", "#_P_#", "#___#", "#####"]})
+    assert env.solve() is None
+    reasoning, action = env.demonstration()
+    assert reasoning.endswith("No plan is left from here.")
+    assert action == "Left"
