@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,14 +43,67 @@ def _choice(obj: Any, prefix: str, name: str, allowed: tuple[str, ...] | list[st
 
 
 @dataclass
-class EnvConfig:
-    """The Gymnasium environment: any registered id, or ``<module>:<id>`` to import a user module."""
+class EnvEntryConfig:
+    """One environment of ``env.mix`` / ``env.eval``: Gymnasium id, kwargs and share of groups."""
 
-    id: str = "ragen2/FrozenLake-v0"
+    id: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    share: float = 1.0
+
+    @classmethod
+    def parse(cls, key: str, raw: Any) -> "EnvEntryConfig":
+        """Check one free-form entry (a mapping with keys id, kwargs, share) and type it."""
+        allowed = "a mapping with keys id (required), kwargs, share"
+        _check(isinstance(raw, Mapping), key, raw, allowed)
+        unknown = sorted(set(raw) - {"id", "kwargs", "share"})
+        if unknown:
+            raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]], f"unknown key; {allowed}")
+        entry = cls(id=raw.get("id") or "", kwargs=dict(raw.get("kwargs") or {}),
+                    share=raw.get("share", 1.0))
+        _check(isinstance(entry.id, str) and bool(entry.id.strip()), f"{key}.id", entry.id,
+               "a Gymnasium env id")
+        _check(isinstance(raw.get("kwargs", {}), Mapping), f"{key}.kwargs", raw.get("kwargs"),
+               "a mapping of constructor kwargs")
+        _check(isinstance(entry.share, (int, float)) and not isinstance(entry.share, bool)
+               and entry.share > 0, f"{key}.share", entry.share, "a number > 0 (shares are normalised)")
+        return entry
+
+
+@dataclass
+class EnvConfig:
+    """The Gymnasium environment(s): any registered id, or ``<module>:<id>`` to import a user module.
+
+    Either one env (``id`` + ``kwargs``) or a mixture ``mix: {name: {id, kwargs, share}}`` whose
+    shares split each step's groups. ``eval`` names the held-out evaluation envs the same way;
+    empty means the training envs (on held-out seeds). ``mix`` and ``eval`` are free-form in the
+    schema (so entries can be added from the command line) and checked by :meth:`entries`.
+    """
+
+    id: Optional[str] = "ragen2/FrozenLake-v0"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
+    mix: dict[str, Any] = field(default_factory=dict)
+    eval: dict[str, Any] = field(default_factory=dict)
+
+    def entries(self, section: str) -> dict[str, EnvEntryConfig]:
+        """The typed entries of ``mix`` or ``eval`` (raises :class:`ConfigError` on a bad one)."""
+        out = {}
+        for name, raw in getattr(self, section).items():
+            _check(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", str(name))), f"env.{section}", name,
+                   "entry names are metric names: letters, digits, _ . -")
+            out[str(name)] = EnvEntryConfig.parse(f"env.{section}.{name}", raw)
+        return out
 
     def validate(self, p: str) -> None:
-        _check(bool(self.id.strip()), f"{p}.id", self.id, "a Gymnasium env id")
+        if self.mix:
+            _check(not self.id, f"{p}.id", self.id,
+                   f"null when {p}.mix is set (the mixture names its own ids): start from "
+                   f"env=mixed or pass {p}.id=null")
+            _check(not self.kwargs, f"{p}.kwargs", self.kwargs, f"empty when {p}.mix is set")
+        else:
+            _check(bool(self.id and self.id.strip()), f"{p}.id", self.id,
+                   f"a Gymnasium env id (or set {p}.mix)")
+        self.entries("mix")
+        self.entries("eval")
 
 
 @dataclass
@@ -125,11 +179,15 @@ class RolloutConfig:
     num_workers: int = 1
     format_penalty: float = -0.1
     max_context_tokens: int = 1536
+    env_threads: int = 8  # env.step calls run concurrently on this many threads per worker
+    max_env_error_frac: float = 0.25  # episodes whose env raised, tolerated per step (a share)
 
     def validate(self, p: str) -> None:
         _positive(self, p, "env_groups", "group_size", "max_turns", "num_workers",
-                  "max_context_tokens")
+                  "max_context_tokens", "env_threads")
         _check(self.format_penalty <= 0, f"{p}.format_penalty", self.format_penalty, "must be <= 0")
+        _check(0 <= self.max_env_error_frac <= 1, f"{p}.max_env_error_frac",
+               self.max_env_error_frac, "a share in [0, 1] (0 = stop at the first env error)")
 
 
 @dataclass
@@ -290,6 +348,15 @@ class Config:
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):
                 sub.validate(f.name)
+        if self.env.mix:
+            from ragen2.rollout.envs import allocate
+
+            mix = self.env.entries("mix")
+            counts = allocate(self.rollout.env_groups, [e.share for e in mix.values()])
+            for name, n in zip(mix, counts):
+                _check(n > 0, f"env.mix.{name}.share", mix[name].share,
+                       f"gives 0 of rollout.env_groups={self.rollout.env_groups} groups: raise "
+                       "the share or rollout.env_groups")
         n_eps = self.rollout.env_groups * self.rollout.group_size
         _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
                self.algorithm.ppo_mini_batches,

@@ -24,6 +24,7 @@ from ragen2.filtering import GROUP_FILTERS
 from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
+from ragen2.rollout.envs import EnvEntry, assign, eval_entries, train_entries
 from ragen2.rollout.runner import EpisodeSpec
 from ragen2.rollout.trajectory import Trajectory, collate
 
@@ -32,6 +33,10 @@ log = logging.getLogger("ragen2")
 
 class TrainingStopped(RuntimeError):
     """Too many consecutive steps had no group left after filtering."""
+
+
+class EnvFailureError(RuntimeError):
+    """More episodes of a step failed inside the env than ``rollout.max_env_error_frac`` allows."""
 
 
 def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
@@ -48,7 +53,23 @@ def group_rewards(trajs: Sequence[Trajectory]) -> dict[int, list[float]]:
     return groups
 
 
-def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+def rollout_metrics(trajs: Sequence[Trajectory], prefix: str,
+                    per_env: bool = False) -> dict[str, float]:
+    """Success, reward, format and length statistics; with ``per_env`` also under ``prefix/<env>``.
+
+    An episode whose env raised counts as a failure (``env_errors`` counts them).
+    """
+    out = _episode_stats(trajs, prefix)
+    if per_env:
+        by_env: dict[str, list[Trajectory]] = defaultdict(list)
+        for t in trajs:
+            by_env[t.env_name].append(t)
+        for name, part in sorted(by_env.items()):
+            out.update(_episode_stats(part, f"{prefix}/{name}"))
+    return out
+
+
+def _episode_stats(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     r = np.array([t.reward for t in trajs])
     stds = np.array([np.std(v) for v in group_rewards(trajs).values()])
     turns = np.array([t.num_turns for t in trajs])
@@ -65,7 +86,27 @@ def rollout_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
         f"{prefix}/truncated_frac": float(np.mean([t.truncated for t in trajs])),
         f"{prefix}/response_tokens_mean": float(sum(t.num_generated for t in trajs) / max(turns.sum(), 1)),
         f"{prefix}/sequence_tokens_mean": float(np.mean([len(t.input_ids) for t in trajs])),
+        f"{prefix}/env_errors": float(sum(t.env_error is not None for t in trajs)),
     }
+
+
+def check_env_errors(trajs: Sequence[Trajectory], max_frac: float, where: str) -> None:
+    """Raise :class:`EnvFailureError` when the share of episodes whose env raised is too high."""
+    failed = [t for t in trajs if t.env_error is not None]
+    if failed and len(failed) > max_frac * len(trajs):
+        first = failed[0]
+        raise EnvFailureError(
+            f"{where}: {len(failed)} of {len(trajs)} episodes failed inside the env (more than "
+            f"rollout.max_env_error_frac={max_frac}); first: env {first.env_name!r} seed "
+            f"{first.env_seed}: {first.env_error}")
+
+
+def _spread(trajs: Sequence[Trajectory], n: int) -> list[Trajectory]:
+    """``n`` trajectories spread evenly over the list (so every env of a mixture shows up)."""
+    if n <= 0 or not trajs:
+        return []
+    idx = np.unique(np.linspace(0, len(trajs) - 1, min(n, len(trajs))).round().astype(int))
+    return [trajs[i] for i in idx]
 
 
 class Controller:
@@ -87,22 +128,36 @@ class Controller:
                         for i in range(cfg.rollout.num_workers)]
         self.learners = LearnerGroup(cfg, model_path, learner_threads)
         self.sync = WEIGHT_SYNCS.get("object_store")(self.workers)
+        self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
         self.pad_id = 0
         self.version = 0
 
     # --------------------------------------------------------------- rollouts
-    def _gather(self, method: str, specs: list[EpisodeSpec], *args_per_worker: list[Any]) -> list[Trajectory]:
+    def _gather(self, method: str, specs: list[EpisodeSpec],
+                *args_per_worker: list[Any]) -> tuple[list[Trajectory], dict[str, float]]:
+        """Split ``specs`` over the workers; trajectories in spec order and max wall-time stats."""
         import ray
 
         chunks = split(specs, len(self.workers))
         refs = [getattr(w, method).remote(chunk, *(a[i] for a in args_per_worker))
                 for i, (w, chunk) in enumerate(zip(self.workers, chunks)) if chunk]
-        return [t for part in ray.get(refs) for t in part]
+        trajs, stats = [], {}
+        for part, part_stats in ray.get(refs):
+            trajs.extend(part)
+            for k, v in part_stats.items():
+                stats[k] = max(stats.get(k, 0.0), v)
+        return trajs, stats
 
-    def collect(self, step: int) -> list[Trajectory]:
+    def episode_specs(self, entries: list[EnvEntry], groups: int, group_size: int,
+                      seed_of: Any) -> list[EpisodeSpec]:
+        """``groups`` groups split between ``entries`` by share; group g uses seed ``seed_of(g)``."""
+        names = assign(groups, entries)
+        return [EpisodeSpec(seed_of(g), g, names[g]) for g in range(groups) for _ in range(group_size)]
+
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         r = self.cfg.rollout
-        specs = [EpisodeSpec(seeding.group_seed(self.cfg.seed, step, g), g)
-                 for g in range(r.env_groups) for _ in range(r.group_size)]
+        specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
+                                   lambda g: seeding.group_seed(self.cfg.seed, step, g))
         n = len(self.workers)
         seeds = [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)]
         return self._gather("rollout", specs, seeds, [self.version] * n)
@@ -110,16 +165,18 @@ class Controller:
     def evaluate(self, step: int) -> dict[str, float]:
         """Held-out success; a few episodes are written to ``samples/eval_step_XXXXXX.jsonl``."""
         t0 = time.perf_counter()
-        specs = [EpisodeSpec(seeding.eval_seed(i), i) for i in range(self.cfg.trainer.eval_episodes)]
+        specs = self.episode_specs(self.eval_envs, self.cfg.trainer.eval_episodes, 1,
+                                   seeding.eval_seed)
         n = len(self.workers)
-        trajs = self._gather("rollout", specs, [seeding.eval_sampling_seed(i) for i in range(n)],
-                             [self.version] * n)
-        out = rollout_metrics(trajs, "eval")
+        trajs, _ = self._gather("rollout", specs, [seeding.eval_sampling_seed(i) for i in range(n)],
+                                [self.version] * n)
+        check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"evaluation at step {step}")
+        out = rollout_metrics(trajs, "eval", per_env=len(self.eval_envs) > 1)
         out["timing/eval_s"] = time.perf_counter() - t0
         samples = self.run_dir / "samples"
         samples.mkdir(exist_ok=True)
         with open(samples / f"eval_step_{step:06d}.jsonl", "w") as f:
-            for t in trajs[: self.cfg.trainer.log_samples]:
+            for t in _spread(trajs, self.cfg.trainer.log_samples):
                 f.write(json.dumps(t.as_text_record()) + "\n")
         return out
 
@@ -132,7 +189,9 @@ class Controller:
     def warm_start_key(self) -> str:
         """Everything the warm-started weights depend on (the run seed is not part of it)."""
         c = self.cfg
-        payload = {"v": 1, "model": self.model_path, "env": [c.env.id, c.env.kwargs],
+        envs = ([c.env.id, c.env.kwargs] if not c.env.mix else
+                [[e.name, e.id, e.kwargs, e.share] for e in self.train_envs])
+        payload = {"v": 1, "model": self.model_path, "env": envs,
                    "warm_start": {k: v for k, v in asdict(c.trainer.warm_start).items() if k != "cache"},
                    "rollout": [c.rollout.max_turns, c.rollout.format_penalty, c.rollout.max_context_tokens],
                    "engine": [c.engine.max_new_tokens, list(c.engine.stop)],
@@ -165,10 +224,18 @@ class Controller:
         from tqdm.auto import tqdm
 
         ws = self.cfg.trainer.warm_start
-        specs = [EpisodeSpec(seeding.demo_seed(ws.seed, i), i) for i in range(ws.episodes)]
+        from ragen2.rollout.envs import probe_env
+
+        experts = [e for e in self.train_envs if probe_env(e)]
+        if not experts:
+            raise TypeError("trainer.warm_start needs an env with a demonstration() hook; none of "
+                            f"{[e.id for e in self.train_envs]} has one: set "
+                            "trainer.warm_start.enabled=false or add one (README 'Add an environment')")
+        specs = self.episode_specs(experts, ws.episodes, 1, lambda i: seeding.demo_seed(ws.seed, i))
         n = len(self.workers)
-        trajs = self._gather("demonstrate", specs, [ws.random_action_prob] * n,
-                             [ws.seed * 7919 + i for i in range(n)])
+        trajs, _ = self._gather("demonstrate", specs, [ws.random_action_prob] * n,
+                                [ws.seed * 7919 + i for i in range(n)])
+        check_env_errors(trajs, 0.0, "warm-start demonstrations")
         demo = rollout_metrics(trajs, "warm_start/demo")
         batch_ref = ray.put(collate(trajs, self.pad_id))
         rng = np.random.default_rng(ws.seed)
@@ -192,9 +259,11 @@ class Controller:
         import ray
 
         t0 = time.perf_counter()
-        trajs = self.collect(step)
+        trajs, stats = self.collect(step)
         t_roll = time.perf_counter() - t0
-        metrics = rollout_metrics(trajs, "rollout")
+        check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"step {step}")
+        metrics = rollout_metrics(trajs, "rollout", per_env=len(self.train_envs) > 1)
+        trajs = [t for t in trajs if t.env_error is None]  # counted above, never trained on
         groups = group_rewards(trajs)
         keep = set(GROUP_FILTERS.get(self.cfg.filter.name)(groups))
         kept = [t for t in trajs if t.group_id in keep]
@@ -206,8 +275,10 @@ class Controller:
         t_upd = time.perf_counter() - t1
         self.version += 1
         t_sync = self.push_weights()
-        metrics.update({"timing/rollout_s": t_roll, "timing/update_s": t_upd,
-                        "timing/sync_s": t_sync, "timing/step_s": time.perf_counter() - t0})
+        metrics.update({"timing/rollout_s": t_roll, "timing/env_s": stats.get("env_s", 0.0),
+                        "timing/generate_s": stats.get("generate_s", 0.0),
+                        "timing/update_s": t_upd, "timing/sync_s": t_sync,
+                        "timing/step_s": time.perf_counter() - t0})
         return metrics
 
     # ------------------------------------------------------------ checkpoints

@@ -38,9 +38,13 @@ def resolve_model_path(cfg: Config) -> str:
         return cfg.model.path
     from ragen2.models.tiny import ensure_tiny_model
     from ragen2.rollout.corpus import env_action_words, env_corpus
+    from ragen2.rollout.envs import all_entries
 
-    spec = cfg.model.tiny.to_spec(env_action_words(cfg.env.id, cfg.env.kwargs))
-    path = ensure_tiny_model(spec, lambda: env_corpus(cfg.env.id, cfg.env.kwargs), cfg.model.cache_dir)
+    entries = all_entries(cfg.env)  # training and evaluation envs: one vocabulary for all
+    words = tuple(dict.fromkeys(w for e in entries for w in env_action_words(e.id, e.kwargs)))
+    spec = cfg.model.tiny.to_spec(words)
+    path = ensure_tiny_model(spec, lambda: [t for e in entries for t in env_corpus(e.id, e.kwargs)],
+                             cfg.model.cache_dir)
     return str(path)
 
 
@@ -59,22 +63,24 @@ def ensure_ray(cfg: Config) -> None:
 def train(cfg: Config, run_dir: str | Path) -> dict:
     """Validate the env and model, then run training in ``run_dir`` (usable without Hydra)."""
     from ragen2.controller import run
-    from ragen2.rollout.envs import make_env
+    from ragen2.rollout.envs import all_entries, probe_env
 
-    make_env(cfg.env.id, cfg.env.kwargs).close()  # fail fast on a bad env.id / env.kwargs
+    for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
+        probe_env(entry)
     model_path = resolve_model_path(cfg)
     ensure_ray(cfg)
     return run(cfg, Path(run_dir), model_path)
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str, code: int = 2) -> None:
     print(f"ragen2-train: error: {msg}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 
 
 def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     from hydra.core.hydra_config import HydraConfig
 
+    from ragen2.controller import EnvFailureError, TrainingStopped
     from ragen2.rollout.envs import EnvSpecError
 
     try:
@@ -86,6 +92,8 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
         train(typed, HydraConfig.get().runtime.output_dir)
     except (EnvSpecError, FileNotFoundError) as e:
         _fail(str(e))
+    except (EnvFailureError, TrainingStopped) as e:  # the run stopped itself, with a reason
+        _fail(str(e), code=1)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -120,3 +120,43 @@ def test_ppo_with_critic_and_kl_to_reference(ray_session, tiny_model_path, tmp_p
                             "trainer.total_steps=3", "trainer.resume=true")), tmp_path)
     r = rows(tmp_path)
     assert sorted(r) == [0, 1, 2, 3] and r[3]["actor/policy_version"] == 3
+
+
+def test_mixed_envs_train_with_per_env_metrics(ray_session, tiny_model_path, tmp_path):
+    """Sokoban 50% / FrozenLake 25% / Math 25% in one run, evaluated on an env never trained on."""
+    cfg = load_config(small(tiny_model_path, "env=mixed", "rollout.env_groups=4",
+                            "rollout.group_size=2", "trainer.total_steps=1",
+                            "env.eval.frozenlake6.id=ragen2/FrozenLake-v0",
+                            "env.eval.frozenlake6.kwargs.size=6", "env.eval.math3.id=ragen2/Math-v0",
+                            "env.eval.math3.kwargs.difficulty=3"))
+    train(cfg, tmp_path)
+    r = rows(tmp_path)
+    for name in ("sokoban", "frozenlake", "math"):
+        assert f"rollout/{name}/success" in r[1] and f"rollout/{name}/env_errors" in r[1]
+    assert 0 <= r[1]["rollout/success"] <= 1 and r[1]["rollout/env_errors"] == 0
+    # groups by share: 2 Sokoban, 1 FrozenLake, 1 Math
+    assert {"eval/frozenlake6/success", "eval/math3/success", "eval/success"} <= set(r[1])
+    assert not any(k.startswith("eval/sokoban") for k in r[1])
+    samples = [json.loads(x) for x in (tmp_path / "samples" / "eval_step_000001.jsonl").read_text().splitlines()]
+    assert {s["env"] for s in samples} == {"frozenlake6", "math3"}
+
+
+def test_env_errors_are_counted_then_stop_the_run(ray_session, tiny_model_path, tmp_path):
+    """A user env raising in reset(): failed episodes are counted and training goes on, until the
+    failure budget is exceeded."""
+    from ragen2.controller import EnvFailureError
+
+    base = ["env.id=tests.flaky_env:Flaky-v0", "trainer.warm_start.enabled=false",
+            "rollout.env_groups=4", "rollout.group_size=2", "trainer.total_steps=1"]
+    # odd seeds fail: 4 of the 8 eval seeds (2^31 + i), 1 of the 4 groups of step 1 (seeds from
+    # ragen2.seeding with seed=0): 2 of 8 episodes; a budget of 0.8 lets the run finish
+    train(load_config(small(tiny_model_path, *base, "rollout.max_env_error_frac=0.8")), tmp_path / "ok")
+    r = rows(tmp_path / "ok")
+    assert r[0]["eval/env_errors"] == 4 and r[1]["eval/env_errors"] == 4
+    assert r[1]["rollout/env_errors"] == 2 and "actor/loss" in r[1]
+    samples = (tmp_path / "ok" / "samples" / "eval_step_000000.jsonl").read_text()
+    assert "flaky env failed on seed" in samples
+    # the default budget (0.25) is exceeded by the first evaluation: the run stops, saying why
+    with pytest.raises(EnvFailureError, match="evaluation at step 0: 4 of 8 episodes failed inside "
+                                              "the env.*flaky env failed on seed"):
+        train(load_config(small(tiny_model_path, *base)), tmp_path / "stop")

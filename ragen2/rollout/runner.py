@@ -11,6 +11,8 @@ one prefixed with a one-line note. An action the env reports as invalid
 from __future__ import annotations
 
 import random
+import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -27,10 +29,11 @@ FORMAT_ERROR_NOTE = ("Your reply could not be parsed. Reply exactly as "
 
 @dataclass(frozen=True)
 class EpisodeSpec:
-    """Which episode to run: the env seed (shared by a group) and the group it belongs to."""
+    """Which episode to run: the env seed (shared by a group), its group and env name."""
 
     env_seed: int
     group_id: int
+    env: str = "env"  # the env's name (an entry of env.mix, or the single env's name)
 
 
 @dataclass
@@ -106,7 +109,7 @@ class DemonstrationPolicy:
 
 def run_episodes(
     specs: Sequence[EpisodeSpec],
-    make_env: Callable[[], gym.Env],
+    make_env: Callable[[str], gym.Env],
     renderer: ChatRenderer,
     policy: TurnPolicy,
     *,
@@ -114,45 +117,99 @@ def run_episodes(
     format_penalty: float,
     max_context_tokens: int,
     max_new_tokens: int,
-    envs: list[gym.Env] | None = None,
+    envs: dict[str, list[gym.Env]] | None = None,
+    executor: Executor | None = None,
+    stats: dict[str, float] | None = None,
 ) -> list[Trajectory]:
     """Run one episode per spec to the end and return their trajectories (in spec order).
 
-    ``envs`` optionally supplies a pool of env instances to reuse (grown as needed).
+    ``make_env(name)`` builds the env a spec names; ``envs`` optionally holds a pool of instances
+    per name to reuse (grown as needed). With an ``executor``, the env calls of one turn run
+    concurrently (each episode owns its env), so one slow ``step`` does not serialise the batch.
+    An env that raises (or breaks the text contract) ends that episode with ``env_error`` set; the
+    instance is dropped from the pool. ``stats`` receives ``env_s`` and ``generate_s``: wall
+    seconds spent in env calls and in the policy.
     """
-    pool = envs if envs is not None else []
-    while len(pool) < len(specs):
-        pool.append(make_env())
+    pools = envs if envs is not None else {}
+    timing = {"env_s": 0.0, "generate_s": 0.0}
     eos_text = renderer.tokenizer.decode([renderer.eos_token_id]) if renderer.eos_token_id is not None else None
+    taken: dict[str, int] = {}
     episodes = []
-    for spec, env in zip(specs, pool):
-        obs, info = env.reset(seed=spec.env_seed)
-        traj = Trajectory(spec.env_seed, spec.group_id, policy.policy_version)
-        prompt = renderer.initial_prompt(system_prompt(env_instructions(env, info)), _as_text(obs))
-        traj.append(prompt, 0)
-        traj.first_prompt_len = len(prompt)
-        traj.observations.append(_as_text(obs))
-        episodes.append(EpisodeState(env, traj, _as_text(obs)))
+    for spec in specs:
+        pool = pools.setdefault(spec.env, [])
+        k = taken.get(spec.env, 0)
+        taken[spec.env] = k + 1
+        if len(pool) <= k:
+            pool.append(make_env(spec.env))
+        traj = Trajectory(spec.env_seed, spec.group_id, policy.policy_version, env_name=spec.env)
+        episodes.append(EpisodeState(pool[k], traj))
+
+    def reset(ep: EpisodeState) -> None:
+        obs, info = ep.env.reset(seed=ep.traj.env_seed)
+        ep.observation, ep.extra["instructions"] = _as_text(obs), env_instructions(ep.env, info)
+
+    t0 = time.perf_counter()
+    _each(executor, reset, episodes)
+    timing["env_s"] += time.perf_counter() - t0
+    for ep in episodes:  # tokenising stays on this thread (HF tokenizers are not thread-safe)
+        if ep.traj.env_error is None:
+            prompt = renderer.initial_prompt(system_prompt(ep.extra.pop("instructions")),
+                                             ep.observation)
+            ep.traj.append(prompt, 0)
+            ep.traj.first_prompt_len = len(prompt)
+            ep.traj.observations.append(ep.observation)
 
     for turn in range(max_turns):
         active = [e for e in episodes if not e.done]
         if not active:
             break
+        t0 = time.perf_counter()
         gens = policy.act(active, turn)
+        timing["generate_s"] += time.perf_counter() - t0
+        answers = [_record_turn(ep, gen, renderer, eos_text, format_penalty)
+                   for ep, gen in zip(active, gens)]
+        t0 = time.perf_counter()
+        _each(executor, lambda pair: _env_step(*pair, format_penalty),
+              [(ep, a) for ep, a in zip(active, answers) if a is not None])
+        timing["env_s"] += time.perf_counter() - t0
         for ep, gen in zip(active, gens):
-            _advance(ep, gen, renderer, eos_text, format_penalty)
             last_turn = turn == max_turns - 1
             if not ep.done and (last_turn or len(ep.traj.input_ids) + max_new_tokens > max_context_tokens):
                 ep.done, ep.traj.truncated = True, True
             if not ep.done:
                 ep.traj.append(renderer.observation_suffix(
                     ep.observation, gen.finish_reason == "eos"), 0)
+
+    for spec, ep in zip(specs, episodes):  # a failed env is not reused: it may be mid-episode
+        if ep.traj.env_error is not None:
+            pool = pools[spec.env]
+            pool[pool.index(ep.env)] = make_env(spec.env)
+    if stats is not None:
+        for k, v in timing.items():
+            stats[k] = stats.get(k, 0.0) + v
     return [e.traj for e in episodes]
 
 
-def _advance(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text: str | None,
-             format_penalty: float) -> None:
-    """Record one generated turn and apply it to the env."""
+def _each(executor: Executor | None, fn: Callable[[Any], None], items: list[Any]) -> None:
+    """``fn`` on every item (concurrently with an executor); exceptions end that episode only."""
+    def guarded(item: Any) -> None:
+        try:
+            fn(item)
+        except Exception as e:  # noqa: BLE001  (env code is the user's: any failure is recorded)
+            ep = item[0] if isinstance(item, tuple) else item
+            ep.done = True
+            ep.traj.env_error = f"{type(e).__name__}: {e}"[:500]
+
+    if executor is None or len(items) < 2:
+        for item in items:
+            guarded(item)
+    else:
+        list(executor.map(guarded, items))
+
+
+def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text: str | None,
+                 format_penalty: float) -> str | None:
+    """Record one generated turn; the answer to send to the env, or None if it did not parse."""
     traj = ep.traj
     traj.append(gen.token_ids, 1, gen.logprobs)
     traj.turn_ends.append(len(traj.input_ids) - 1)
@@ -161,21 +218,28 @@ def _advance(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text
     parsed = parse_response(text, eos_text)
     if traj.num_turns == 1:
         traj.first_think = parsed.think
-    if not parsed.format_ok:
-        traj.num_format_errors += 1
-        traj.turn_rewards.append(format_penalty)
-        ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
-        traj.observations.append(ep.observation)
-        return
-    obs, reward, terminated, truncated, info = ep.env.step(parsed.answer)
-    reward = float(reward)
+    if parsed.format_ok:
+        traj.turn_rewards.append(0.0)  # set by _env_step
+        return parsed.answer
+    traj.num_format_errors += 1
+    traj.turn_rewards.append(format_penalty)
+    ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
+    traj.observations.append(ep.observation)
+    return None
+
+
+def _env_step(ep: EpisodeState, answer: str, format_penalty: float) -> None:
+    """Apply a parsed answer to the env (may run on a worker thread: no tokenising here)."""
+    traj = ep.traj
+    obs, reward, terminated, truncated, info = ep.env.step(answer)
+    obs, reward = _as_text(obs), float(reward)
     traj.env_return += reward
     if not info.get("action_is_valid", True):
         traj.num_invalid_actions += 1
         reward += format_penalty
-    traj.turn_rewards.append(reward)
+    traj.turn_rewards[-1] = reward
     traj.success = bool(info.get("success", traj.success))
-    ep.observation = _as_text(obs)
+    ep.observation = obs
     traj.observations.append(ep.observation)
     if terminated or truncated:
         ep.done = True
@@ -188,6 +252,6 @@ def _strip_note(obs: str) -> str:
 
 def _as_text(obs: Any) -> str:
     if not isinstance(obs, str):
-        raise TypeError(f"ragen2 envs must return text observations, got {type(obs).__name__}; "
-                        "see README 'Add an environment'")
+        raise TypeError(f"the env returned a {type(obs).__name__} observation; ragen2 envs must "
+                        "return text (see README 'Add an environment')")
     return obs

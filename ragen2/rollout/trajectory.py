@@ -22,6 +22,7 @@ class Trajectory:
     env_seed: int
     group_id: int
     policy_version: int
+    env_name: str = "env"
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -37,11 +38,13 @@ class Trajectory:
     first_prompt_len: int = 0
     responses: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
+    env_error: str | None = None  # what the env raised; the episode is then excluded from training
 
     def as_text_record(self) -> dict:
         """A readable summary (observations and responses as text) for sample logs."""
-        return {"env_seed": self.env_seed, "group_id": self.group_id, "reward": self.reward,
-                "success": self.success, "turn_rewards": self.turn_rewards,
+        return {"env": self.env_name, "env_seed": self.env_seed, "group_id": self.group_id,
+                "reward": self.reward, "success": self.success, "env_error": self.env_error,
+                "turn_rewards": self.turn_rewards,
                 "observations": self.observations, "responses": self.responses}
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:

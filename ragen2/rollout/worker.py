@@ -1,7 +1,8 @@
-"""The RolloutWorker Ray actor: a generation engine plus a pool of environments."""
+"""The RolloutWorker Ray actor: a generation engine plus pools of environments."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -11,6 +12,9 @@ from ragen2.engines.base import SamplingParams
 from ragen2.rollout.runner import (DemonstrationPolicy, EngineTurnPolicy, EpisodeSpec,
                                    run_episodes)
 from ragen2.rollout.trajectory import Trajectory
+
+#: what a rollout call returns: the trajectories (in spec order) and wall-time stats
+RolloutResult = tuple[list[Trajectory], dict[str, float]]
 
 
 class StalePolicyError(RuntimeError):
@@ -31,15 +35,18 @@ class RolloutWorker:
             torch.set_num_threads(threads)
         from ragen2.engines import ENGINES
         from ragen2.rollout.chat import ChatRenderer
-        from ragen2.rollout.envs import env_factory
+        from ragen2.rollout.envs import all_entries, make_env
 
         self.cfg, self.worker_id = cfg, worker_id
         self.engine = ENGINES.get(cfg.engine.name)(
             model_path, dtype=cfg.model.dtype, device=cfg.cluster.device,
             trust_remote_code=cfg.model.trust_remote_code)
         self.renderer = ChatRenderer(self.engine.tokenizer)
-        self.make_env = env_factory(cfg.env.id, cfg.env.kwargs)
-        self.envs: list = []
+        entries = {e.name: e for e in all_entries(cfg.env)}
+        self.make_env = lambda name: make_env(entries[name].id, entries[name].kwargs)
+        self.envs: dict[str, list] = {}
+        threads = cfg.rollout.env_threads
+        self.executor = ThreadPoolExecutor(threads, "env-step") if threads > 1 else None
 
     def load_weights(self, weights: Mapping[str, np.ndarray], version: int) -> int:
         self.engine.load_weights(weights, version)
@@ -48,15 +55,16 @@ class RolloutWorker:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def _run(self, specs: Sequence[EpisodeSpec], policy) -> list[Trajectory]:
-        r = self.cfg.rollout
-        return run_episodes(specs, self.make_env, self.renderer, policy, max_turns=r.max_turns,
-                            format_penalty=r.format_penalty,
-                            max_context_tokens=r.max_context_tokens,
-                            max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs)
+    def _run(self, specs: Sequence[EpisodeSpec], policy) -> RolloutResult:
+        r, stats = self.cfg.rollout, {}
+        trajs = run_episodes(specs, self.make_env, self.renderer, policy, max_turns=r.max_turns,
+                             format_penalty=r.format_penalty,
+                             max_context_tokens=r.max_context_tokens,
+                             max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs,
+                             executor=self.executor, stats=stats)
+        return trajs, stats
 
-    def rollout(self, specs: Sequence[EpisodeSpec], seed: int,
-                expected_version: int) -> list[Trajectory]:
+    def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int) -> RolloutResult:
         """Sample episodes with the current policy, refusing to run a stale one."""
         if self.engine.policy_version != expected_version:
             raise StalePolicyError(f"worker {self.worker_id} holds policy version "
@@ -64,7 +72,7 @@ class RolloutWorker:
         return self._run(specs, EngineTurnPolicy(self.engine, sampling_params(self.cfg, seed)))
 
     def demonstrate(self, specs: Sequence[EpisodeSpec], random_action_prob: float,
-                    seed: int) -> list[Trajectory]:
+                    seed: int) -> RolloutResult:
         """Episodes played by the env's (noised) expert, tokenised like model turns."""
         policy = DemonstrationPolicy(self.engine.tokenizer, random_action_prob, seed)
         return self._run(specs, policy)

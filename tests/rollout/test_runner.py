@@ -63,7 +63,8 @@ RESPONSES = [
 def run(tokenizer, responses=RESPONSES, max_turns=3, eos_last=False, n=1):
     engine = ScriptedEngine(tokenizer, responses, eos_last=eos_last)
     policy = EngineTurnPolicy(engine, SamplingParams())
-    make = env_factory("ragen2/FrozenLake-v0", {"size": 4, "hole_prob": 0.0})
+    factory = env_factory("ragen2/FrozenLake-v0", {"size": 4, "hole_prob": 0.0})
+    make = lambda name: factory()  # noqa: E731
     specs = [EpisodeSpec(env_seed=5, group_id=0) for _ in range(n)]
     trajs = run_episodes(specs, make, ChatRenderer(tokenizer), policy, max_turns=max_turns,
                          format_penalty=PENALTY, max_context_tokens=4096, max_new_tokens=64)
@@ -121,3 +122,89 @@ def test_unknown_env_id_names_the_key():
         make_env("ragen2/Nope-v0")
     with pytest.raises(EnvSpecError, match="size"):
         make_env("ragen2/FrozenLake-v0", {"size": 1})
+
+
+class _TextEnv:
+    """A minimal text env for fault tests; ``fail`` decides what goes wrong and when."""
+
+    def __init__(self, fail=None, barrier=None):
+        self.fail, self.barrier, self.steps = fail, barrier, 0
+        self.unwrapped = self
+
+    def reset(self, seed=None, options=None):
+        self.steps = 0
+        if self.fail == "reset":
+            raise RuntimeError("reset exploded")
+        return f"start {seed}", {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.barrier is not None:
+            self.barrier.wait(timeout=20)  # only passes if all episodes step at the same time
+        if self.fail == "step":
+            raise ValueError("step exploded")
+        if self.fail == "obs":
+            return 42, 0.0, False, False, {}
+        return f"moved {action}", 1.0, self.steps >= 2, False, {"success": self.steps >= 2}
+
+    def close(self):
+        pass
+
+
+def _run_text_envs(tokenizer, envs_by_name, specs, executor=None, stats=None, pools=None):
+    engine = ScriptedEngine(tokenizer, ["<think>go</think><answer>Left</answer>"] * 3)
+    made = []
+
+    def make(name):
+        made.append(name)
+        return envs_by_name[name]()
+
+    trajs = run_episodes(specs, make, ChatRenderer(tokenizer), EngineTurnPolicy(engine, SamplingParams()),
+                         max_turns=3, format_penalty=PENALTY, max_context_tokens=4096,
+                         max_new_tokens=64, envs=pools, executor=executor, stats=stats)
+    return trajs, made
+
+
+@pytest.mark.parametrize("fail,message", [("step", "ValueError: step exploded"),
+                                          ("reset", "RuntimeError: reset exploded"),
+                                          ("obs", "TypeError: the env returned a int observation")])
+def test_an_env_failure_ends_only_that_episode(tiny_tokenizer, fail, message):
+    specs = [EpisodeSpec(1, 0, "ok"), EpisodeSpec(1, 0, "bad"), EpisodeSpec(2, 1, "ok")]
+    pools = {}
+    trajs, made = _run_text_envs(tiny_tokenizer, {"ok": _TextEnv, "bad": lambda: _TextEnv(fail)},
+                                 specs, pools=pools)
+    ok1, bad, ok2 = trajs
+    assert bad.env_error.startswith(message) and not bad.success
+    assert bad.env_name == "bad" and ok1.env_name == "ok"
+    for t in (ok1, ok2):  # the healthy episodes ran to their end (2 steps, success)
+        assert t.env_error is None and t.success and t.num_turns == 2 and t.turn_rewards == [1.0, 1.0]
+    # the failed instance was replaced in the pool; healthy ones are kept for reuse
+    assert made == ["ok", "bad", "ok", "bad"] and len(pools["bad"]) == 1 and len(pools["ok"]) == 2
+
+
+def test_env_steps_run_concurrently(tiny_tokenizer):
+    """Four episodes whose step() waits on one barrier: only concurrent steps can pass it."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    barrier = threading.Barrier(4)
+    specs = [EpisodeSpec(s, s, "sync") for s in range(4)]
+    stats = {}
+    with ThreadPoolExecutor(4) as pool:
+        trajs, _ = _run_text_envs(tiny_tokenizer, {"sync": lambda: _TextEnv(barrier=barrier)},
+                                  specs, executor=pool, stats=stats)
+    assert [t.env_error for t in trajs] == [None] * 4
+    assert all(t.success for t in trajs)
+    assert set(stats) == {"env_s", "generate_s"} and stats["env_s"] > 0
+
+
+def test_serial_steps_would_break_the_barrier(tiny_tokenizer):
+    """The same episodes without an executor: the barrier cannot fill (the test above can fail)."""
+    import threading
+
+    barrier = threading.Barrier(2)
+    specs = [EpisodeSpec(s, s, "sync") for s in range(2)]
+    barrier_env = lambda: _TextEnv(barrier=barrier)  # noqa: E731
+    barrier.wait = lambda timeout=None, _w=barrier.wait: _w(timeout=0.2)
+    trajs, _ = _run_text_envs(tiny_tokenizer, {"sync": barrier_env}, specs)
+    assert all(t.env_error and t.env_error.startswith("BrokenBarrierError") for t in trajs)
