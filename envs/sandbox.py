@@ -191,7 +191,7 @@ class SandboxResult:
 # ---------------------------------------------------------------------------------------------
 
 _LAUNCHER = r"""
-import os, sys, json, ctypes, resource
+import os, sys, json, ctypes, resource, time
 cfg = None
 def report(text):
     try:
@@ -271,6 +271,7 @@ def main():
         os.chown(job_path, uid, gid)
     if notes:
         report("N " + " ".join(notes))
+    prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the run become our children
     pid = os.fork()
     if pid == 0:
         try:
@@ -296,16 +297,36 @@ def main():
         except BaseException as e:
             report("E runner setup failed: %s: %s" % (type(e).__name__, e))
             os._exit(121)
+    report("P %d" % pid)
     while True:
         try:
             got, status, ru = os.wait4(-1, 0)
         except ChildProcessError:
             break
-        except InterruptedError:
-            continue
         if got == pid:
             report("X %d %.6f %d" % (status, ru.ru_utime + ru.ru_stime, ru.ru_maxrss))
             break
+    if cfg["mount"]:
+        return  # we are the pid namespace's init: our exit kills whatever is left
+    # No pid namespace: kill and reap what the run left (orphans are re-parented to us).
+    me = os.getpid()
+    for _ in range(2000):
+        try:
+            while os.wait4(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            break
+        try:
+            with open("/proc/%d/task/%d/children" % (me, me)) as fh:
+                kids = [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            kids = []
+        for kid in kids:
+            try:
+                os.kill(kid, 9)
+            except OSError:
+                pass
+        time.sleep(0.001)
 try:
     main()
 except BaseException as e:
@@ -898,16 +919,16 @@ def _run(
         )
         os.close(status_w)
         status_w = -1
-        out, err, reason = _collect(proc, start + limits.wall_s, limits.max_output_bytes)
-        _terminate(proc, plan, cgroup, uid)
-        returncode = proc.returncode
         os.set_blocking(status_r, False)
-        status_text = b""
-        try:
-            while chunk := os.read(status_r, 65536):
-                status_text += chunk
-        except BlockingIOError:
-            pass
+        out, err, reason = _collect(proc, start + limits.wall_s, limits.max_output_bytes)
+        status_text = _read_status(status_r)
+        runner = None
+        for line in status_text.decode("ascii", "replace").splitlines():
+            if line.startswith("P ") and line[2:].strip().isdigit():
+                runner = int(line[2:])
+        _terminate(proc, plan, cgroup, uid, runner)
+        returncode = proc.returncode
+        status_text += _read_status(status_r)
     finally:
         for fd_ in (status_r, status_w):
             if fd_ >= 0:
@@ -917,7 +938,7 @@ def _run(
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
-            _terminate(proc, plan, cgroup, uid)
+            _terminate(proc, plan, cgroup, uid, None)
         if cgroup is not None:
             _remove_cgroup(cgroup)
         shutil.rmtree(private, ignore_errors=True)
@@ -984,29 +1005,59 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, 
     return bytes(bufs["out"]), bytes(bufs["err"]), reason
 
 
-def _terminate(proc: subprocess.Popen, plan: _Plan, cgroup: str | None, uid: int | None) -> None:
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X", "x")
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for child ``pid`` to exit (without reaping it)."""
+    end = time.monotonic() + timeout
+    while not _exited(pid) and time.monotonic() < end:
+        time.sleep(0.002)
+
+
+def _terminate(
+    proc: subprocess.Popen, plan: _Plan, cgroup: str | None, uid: int | None, runner: int | None
+) -> None:
     """Kill everything the run left, reap the main process, close its pipes."""
     init_fd = -1
-    if plan.namespaces and not _exited(proc.pid):
-        for child in _children(proc.pid):  # the namespace's init: killing it empties the namespace
-            try:
-                init_fd = os.pidfd_open(child)
-            except (AttributeError, OSError):
-                init_fd = -1
-            break
+    if not _exited(proc.pid):
+        if plan.namespaces:
+            for child in _children(proc.pid):  # the pid namespace's init: killing it empties it
+                try:
+                    init_fd = os.pidfd_open(child)
+                except (AttributeError, OSError):
+                    init_fd = -1
+                break
+            if init_fd >= 0:
+                try:
+                    signal.pidfd_send_signal(init_fd, signal.SIGKILL)
+                except OSError:
+                    pass
+        else:
+            # Kill the run but let its (trusted) launcher reap and sweep what the run left.
+            if runner is not None and _alive(runner):
+                try:
+                    os.kill(runner, signal.SIGKILL)
+                except OSError:
+                    pass
+            if plan.uid_mode == "unique" and uid is not None:
+                _kill_pids(lambda: [p for p in _pids_of_uid(uid) if _alive(p)], 1.0)
+            _wait_exit(proc.pid, 1.0)
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # main is alive or a zombie: its pgid is still reserved
     except (ProcessLookupError, PermissionError):
         pass
-    if init_fd >= 0:
-        try:
-            signal.pidfd_send_signal(init_fd, signal.SIGKILL)
-        except (ProcessLookupError, OSError):
-            pass
     if cgroup is not None:
-        _kill_pids(lambda: _cgroup_pids(cgroup))
-    elif not plan.namespaces and plan.uid_mode == "unique" and uid is not None:
-        _kill_pids(lambda: _pids_of_uid(uid))
+        _kill_pids(lambda: [p for p in _cgroup_pids(cgroup) if _alive(p)])
+    if not plan.namespaces and plan.uid_mode == "unique" and uid is not None:
+        _kill_pids(lambda: [p for p in _pids_of_uid(uid) if _alive(p)])
     _, status = os.waitpid(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if init_fd >= 0:  # wait until the namespace is gone (init exits after all its processes)
@@ -1020,6 +1071,17 @@ def _terminate(proc: subprocess.Popen, plan: _Plan, cgroup: str | None, uid: int
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
+
+
+def _read_status(fd: int) -> bytes:
+    """Whatever the launcher has written to the status pipe so far (non-blocking)."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    return data
 
 
 def _classify(

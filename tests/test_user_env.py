@@ -17,11 +17,13 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def test_example_env_trains_two_steps(tmp_path):
     cmd = [sys.executable, "-m", "ragen2.train", "env.id=corridor_env:Corridor-v0",
            "trainer.total_steps=2", "rollout.env_groups=2", "rollout.group_size=2",
-           "trainer.warm_start.episodes=16", "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path}"]
-    r = subprocess.run(cmd, cwd=EXAMPLES, capture_output=True, text=True, timeout=400,
-                       env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+           "trainer.warm_start.episodes=16", "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path / 'run'}"]
+    # run from elsewhere with the module on PYTHONPATH: the Ray workers must find it the same way
+    path = os.pathsep.join(p for p in [str(EXAMPLES), os.environ.get("PYTHONPATH", "")] if p)
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=400,
+                       env={**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": path})
     assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert rows[-1]["actor/logprob_gap"] < 1e-3
-    assert "cell" in (tmp_path / "samples" / "eval_step_000000.jsonl").read_text()
+    assert "cell" in (tmp_path / "run" / "samples" / "eval_step_000000.jsonl").read_text()
