@@ -1,0 +1,47 @@
+"""Template-collapse detection: online MI monitor, offline plug-in MI, run diagnosis.
+
+mi.py         mutual_information / mutual_information_subsampled (cross-scored logp matrix),
+              choose_negatives, permutation_null, EMA
+plugin.py     reasoning_signatures (n-gram clustering), plugin_mutual_information,
+              plugin_permutation_floor (text only, offline)
+diagnosis.py  diagnose -> Diagnosis(label, evidence, code): healthy / template_collapse /
+              overfitting / underfitting
+"""
+
+from ragen2.collapse.diagnosis import (
+    DIAGNOSIS_CODES,
+    Diagnosis,
+    DiagnosisThresholds,
+    diagnose,
+)
+from ragen2.collapse.mi import (
+    EMA,
+    choose_negatives,
+    mutual_information,
+    mutual_information_subsampled,
+    permutation_null,
+)
+from ragen2.collapse.plugin import (
+    BIAS_CORRECTIONS,
+    ngram_signature,
+    plugin_mutual_information,
+    plugin_permutation_floor,
+    reasoning_signatures,
+)
+
+__all__ = [
+    "BIAS_CORRECTIONS",
+    "DIAGNOSIS_CODES",
+    "EMA",
+    "Diagnosis",
+    "DiagnosisThresholds",
+    "choose_negatives",
+    "diagnose",
+    "mutual_information",
+    "mutual_information_subsampled",
+    "ngram_signature",
+    "permutation_null",
+    "plugin_mutual_information",
+    "plugin_permutation_floor",
+    "reasoning_signatures",
+]

@@ -1,0 +1,207 @@
+"""Classify a run at an evaluation: healthy, template collapse, overfitting or underfitting.
+
+The design document's section 6 table:
+
+    =================  ===========================  ==========================  ===================
+                       template collapse            overfitting                 underfitting
+    what it looks like input-blind fixed patterns   train good, held-out bad    both bad
+    detected by        low mutual information       train vs held-out gap       low success overall
+    fix                SNR-aware filtering          regularisation / data       more capacity
+    =================  ===========================  ==========================  ===================
+
+Criteria (thresholds in ``DiagnosisThresholds``):
+    template_collapse: mi_excess < mi_low_frac * log_n   with mi_excess = mi - mi_null
+                       (mi_null = 0 when not given), AND token_entropy >= entropy_high_frac *
+                       entropy_ref (entropy_ref = token entropy at the start of RL).
+                       Low MI with LOW entropy is not template collapse (the reasoning is not
+                       diverse); it is reported in the evidence but not labelled.
+    underfitting:      train_success < underfit_success AND eval_success < underfit_success.
+    overfitting:       train_success - eval_success >= overfit_gap.
+
+Precedence when several hold: template_collapse > underfitting > overfitting > healthy.
+Template collapse comes first because it is the most specific finding and it explains the other
+two (input-blind reasoning generalises badly, and a collapsed policy can also fail everywhere);
+underfitting beats overfitting because a gap between two low success rates means the policy has
+not learned the training tasks either. Every other criterion that holds is listed in ``also`` and
+in the evidence. ``healthy`` means no criterion that could be assessed holds; criteria whose
+inputs are None are skipped and named in the evidence as "not assessed".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+__all__ = ["DIAGNOSIS_CODES", "Diagnosis", "DiagnosisThresholds", "diagnose"]
+
+# Integer per label, logged as the metric ``collapse/diagnosis``.
+DIAGNOSIS_CODES: dict[str, int] = {
+    "healthy": 0,
+    "template_collapse": 1,
+    "overfitting": 2,
+    "underfitting": 3,
+}
+_PRECEDENCE = ("template_collapse", "underfitting", "overfitting")
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """Thresholds of ``diagnose`` (all validated on construction).
+
+    mi_low_frac: MI is low when mi - mi_null < mi_low_frac * log_n (the fraction of the MI upper
+        bound log N that the reasoning still carries about the prompt), in (0, 1]. Default 0.1.
+    entropy_high_frac: token entropy is high when >= entropy_high_frac * entropy at the start of
+        RL, in (0, 1]. Default 0.8 (entropy has kept at least 80 % of its starting value).
+    overfit_gap: overfitting when train_success - eval_success >= overfit_gap, in (0, 1].
+        Default 0.2 (success rates are in [0, 1]).
+    underfit_success: underfitting when train and eval success are both < underfit_success,
+        in (0, 1]. Default 0.2.
+    """
+
+    mi_low_frac: float = 0.1
+    entropy_high_frac: float = 0.8
+    overfit_gap: float = 0.2
+    underfit_success: float = 0.2
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 < v <= 1.0):
+                raise ValueError(f"DiagnosisThresholds.{f.name} must be a number in (0, 1], got {v!r}")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """label: one of DIAGNOSIS_CODES; evidence: one line with the numbers; code: the label's
+    integer; also: the other labels whose criteria hold too (lower precedence)."""
+
+    label: str
+    evidence: str
+    code: int
+    also: tuple[str, ...] = ()
+
+
+def _check(name: str, v, *, lo: float | None = None, hi: float | None = None, positive=False):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        try:
+            v = float(v)  # 0-d tensors / numpy scalars
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number or None, got {type(v).__name__}") from None
+    v = float(v)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite or None (None = not available), got {v}")
+    if positive and v <= 0:
+        raise ValueError(f"{name} must be > 0, got {v}")
+    if hi is not None and (v < lo or v > hi):
+        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {v}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo:g}, got {v}")
+    return v
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def diagnose(
+    *,
+    mi: float | None = None,
+    mi_null: float | None = None,
+    log_n: float | None = None,
+    token_entropy: float | None = None,
+    entropy_ref: float | None = None,
+    train_success: float | None = None,
+    eval_success: float | None = None,
+    thresholds: DiagnosisThresholds = DiagnosisThresholds(),
+) -> Diagnosis:
+    """Label the run from the latest monitor, entropy and success numbers (see module docstring).
+
+    Args (all optional; None = not available, the criteria needing it are skipped):
+        mi: MI estimate in nats (``mutual_information(...)["mi"]``).
+        mi_null: its permutation floor (``permutation_null(...)["mi_null"]``); None -> 0.
+        log_n: the MI upper bound log N (> 0).
+        token_entropy: current mean token entropy of the policy (>= 0).
+        entropy_ref: token entropy at the start of RL (> 0).
+        train_success, eval_success: success rates in [0, 1] on training / held-out tasks.
+        thresholds: a DiagnosisThresholds.
+    Returns:
+        Diagnosis(label, evidence, code, also).
+    Raises:
+        ValueError: a non-finite or out-of-range input, or thresholds of the wrong type.
+    """
+    if not isinstance(thresholds, DiagnosisThresholds):
+        raise ValueError(f"thresholds must be a DiagnosisThresholds, got {type(thresholds).__name__}")  # noqa: TRY004
+    t = thresholds
+    mi = _check("mi", mi)
+    mi_null = _check("mi_null", mi_null)
+    log_n = _check("log_n", log_n, positive=True)
+    token_entropy = _check("token_entropy", token_entropy, lo=0.0)
+    entropy_ref = _check("entropy_ref", entropy_ref, positive=True)
+    train_success = _check("train_success", train_success, lo=0.0, hi=1.0)
+    eval_success = _check("eval_success", eval_success, lo=0.0, hi=1.0)
+
+    holds: set[str] = set()
+    parts: list[str] = []
+
+    # ---- template collapse: MI low while token entropy stays high ----
+    missing = [k for k, v in (("mi", mi), ("log_n", log_n), ("token_entropy", token_entropy),
+                              ("entropy_ref", entropy_ref)) if v is None]
+    mi_text = None
+    if mi is not None and log_n is not None:
+        null_used = 0.0 if mi_null is None else mi_null
+        excess = mi - null_used
+        mi_bar = t.mi_low_frac * log_n
+        mi_low = excess < mi_bar
+        null_txt = "null not given, taken as 0" if mi_null is None else f"null {_g(mi_null)}"
+        mi_text = (
+            f"MI {_g(mi)} nats ({null_txt}, bound {_g(log_n)}; excess {_g(excess)} "
+            f"{'<' if mi_low else '>='} {_g(t.mi_low_frac)} x {_g(log_n)})"
+        )
+    if missing:
+        parts.append(
+            "template collapse not assessed (missing " + ", ".join(missing) + ")"
+            + (f": {mi_text}" if mi_text else "")
+        )
+    else:
+        ent_bar = t.entropy_high_frac * entropy_ref
+        ent_high = token_entropy >= ent_bar
+        ent_text = (
+            f"token entropy {_g(token_entropy)} {'>=' if ent_high else '<'} "
+            f"{_g(t.entropy_high_frac)} x {_g(entropy_ref)} at start"
+        )
+        if mi_low and ent_high:
+            holds.add("template_collapse")
+            parts.append(f"template collapse: {mi_text} while {ent_text}")
+        elif mi_low:
+            parts.append(f"low MI but not template collapse: {mi_text} but {ent_text} "
+                         "(reasoning not diverse: low-entropy collapse)")
+        else:
+            parts.append(f"{mi_text}; {ent_text}")
+
+    # ---- fit: underfitting / overfitting ----
+    if train_success is None or eval_success is None:
+        miss = [k for k, v in (("train_success", train_success), ("eval_success", eval_success))
+                if v is None]
+        parts.append("over/underfitting not assessed (missing " + ", ".join(miss) + ")")
+    else:
+        gap = train_success - eval_success
+        under = train_success < t.underfit_success and eval_success < t.underfit_success
+        over = gap >= t.overfit_gap
+        if under:
+            holds.add("underfitting")
+        if over:
+            holds.add("overfitting")
+        lvl = f"{'both <' if under else 'not both <'} {_g(t.underfit_success)}"
+        parts.append(
+            f"success train {train_success:.3f}, held-out {eval_success:.3f} ({lvl}; gap "
+            f"{gap:.3f} {'>=' if over else '<'} {_g(t.overfit_gap)})"
+        )
+
+    ranked = [lab for lab in _PRECEDENCE if lab in holds]
+    label = ranked[0] if ranked else "healthy"
+    also = tuple(ranked[1:])
+    head = label + (f" (also {', '.join(also)})" if also else "")
+    evidence = f"{head}: " + "; ".join(parts)
+    return Diagnosis(label=label, evidence=evidence, code=DIAGNOSIS_CODES[label], also=also)
