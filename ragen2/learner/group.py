@@ -29,6 +29,21 @@ class LearnerGroup:
     def sft_step(self, batch_ref: Any, rows: Any, lr: float) -> dict[str, float]:
         return self.call("sft_step", batch_ref, rows, lr)[0]
 
+    def score(self, contexts: list[list[int]], continuations: list[list[int]],
+              columns: Any) -> tuple[Any, Any]:
+        """(S, K) summed logprobs and token counts of continuation s under context columns[s, k]."""
+        import numpy as np
+
+        columns = np.asarray(columns)
+        logp = np.full(columns.shape, np.nan)
+        tokens = np.zeros(columns.shape, dtype=np.int64)
+        for part in self.call("score", contexts, continuations, columns):
+            for s, k, v, n in part:
+                logp[s, k], tokens[s, k] = v, n
+        if np.isnan(logp).any():
+            raise RuntimeError("learner ranks left some (sample, prompt) pairs unscored")
+        return logp, tokens
+
     def policy_weights(self) -> Any:
         """ObjectRef of the full weights (rank 0's result) once every rank has taken part."""
         refs = [a.policy_weights.remote() for a in self.ranks]

@@ -182,15 +182,20 @@ class LearnerRank:
             seq_adv = grpo_advantages(torch.tensor(batch["rewards"], dtype=torch.float64),
                                       torch.tensor(batch["group_ids"]),
                                       norm_by_std=a.norm_adv_by_std).float()
+        # per-sample loss weights (tiered SNR filtering) scale the advantages: the policy losses
+        # are positively homogeneous in A, so this weights each sample's loss exactly
+        weights = torch.from_numpy(np.asarray(batch.get("sample_weights", np.ones(n)), np.float32))
         for mi, (_, rows) in enumerate(plan):
             for ui, micro in enumerate(self._micro(rows)):
                 c = cache[mi, ui]
                 mask, tok_r = self._tensors(batch, micro, "loss_mask", "token_rewards")
+                w = weights[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
                 if a.adv_estimator == "grpo":
-                    c["adv"] = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask
+                    c["adv"] = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask * w
                 else:
                     adv, ret = gae_advantages(tok_r, c["values"], mask, gamma=a.gamma, lam=a.lam)
-                    c["adv"], c["returns"] = adv, ret
+                    c["adv"], c["returns"] = adv * w, ret
+        loss_scale = float(batch.get("loss_scale", 1.0))  # filtering: scale by the kept fraction
 
         # 3. PPO epochs over mini-batches
         m = {"pg_loss": 0.0, "clipfrac": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0,
@@ -222,7 +227,7 @@ class LearnerRank:
                                             a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq)
                         loss = loss + a.kl_coef * kl
                         m["kl"] += kl.detach().item()
-                    (loss * self.world_size).backward()
+                    (loss * (loss_scale * self.world_size)).backward()
                     w = float(mask.sum())
                     m["pg_loss"] += pg.detach().item()
                     m["entropy"] += ent_loss.detach().item()
@@ -260,6 +265,83 @@ class LearnerRank:
         if self.critic is not None:
             out["critic/vf_loss"] = r["vf_loss"] / updates
             out["critic/grad_norm"] = m["critic_grad_norm"] / updates
+        return out
+
+    # ------------------------------------------------------- gradient SNR
+    def grad_snr(self, batch: dict[str, np.ndarray], buckets: np.ndarray) -> dict[str, float]:
+        """Per reward-spread bucket, the gradient norms of the task, entropy and KL terms.
+
+        ``buckets`` (N,) gives each row's bucket (-1 = not measured). For every bucket and term a
+        separate forward + backward over the bucket's rows (token-mean over the bucket), the
+        total gradient norm is read and the gradients are dropped: no optimiser step, nothing
+        changes. The task term is the policy loss at ratio 1 (the first mini-batch of an update).
+        """
+        a = self.cfg.algorithm
+        seq_adv = grpo_advantages(torch.tensor(batch["rewards"], dtype=torch.float64),
+                                  torch.tensor(batch["group_ids"]),
+                                  norm_by_std=a.norm_adv_by_std).float()
+        terms = ["task", "entropy"] + (["kl"] if self.ref is not None else [])
+        out: dict[str, float] = {}
+        self.optim.zero_grad(set_to_none=True)
+        for b in sorted(set(int(x) for x in buckets.tolist()) - {-1}):
+            mb = np.flatnonzero(buckets == b)
+            rows = self._rows(mb)
+            n_tok = float(batch["loss_mask"][mb].sum())
+            for term in terms:
+                for micro in self._micro(rows):
+                    ids, attn, mask = self._tensors(batch, micro, "input_ids", "attention_mask",
+                                                    "loss_mask")
+                    lp, ent = self._forward(self.model, ids, attn, with_entropy=term == "entropy")
+                    if term == "task":
+                        adv = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask
+                        loss, _ = POLICY_LOSSES.get(a.policy_loss)(
+                            lp, lp.detach(), adv, mask, clip_low=a.clip_ratio_low,
+                            clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c,
+                            agg_mode="token-mean", num_tokens=n_tok, num_seqs=1.0)
+                    elif term == "entropy":
+                        loss = aggregate_loss(ent, mask.float(), "token-mean", num_tokens=n_tok)
+                    else:
+                        with torch.no_grad():
+                            ref, _ = self._forward(self.ref, ids, attn, with_entropy=False)
+                        loss = aggregate_loss(kl_penalty(lp, ref, a.kl_estimator), mask.float(),
+                                              "token-mean", num_tokens=n_tok)
+                    (loss * self.world_size).backward()
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float("inf"))
+                norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+                out[f"grad_snr/b{b}/{term}_norm"] = float(norm)
+                self.optim.zero_grad(set_to_none=True)
+        return out
+
+    # ------------------------------------------------------------ MI monitor
+    def score(self, contexts: list[list[int]], continuations: list[list[int]],
+              columns: np.ndarray, chunk: int = 64) -> list[tuple[int, int, float, int]]:
+        """log p(continuations[s] | contexts[columns[s, k]]) for this rank's share (collective).
+
+        Work items (one context, up to ``chunk`` of its continuations) are dealt round-robin to
+        the ranks; every rank runs the same number of items (dummy ones are discarded), since
+        FSDP's forward is collective. Returns (s, k, summed logprob, tokens) for this rank's items.
+        """
+        from ragen2.learner.scoring import score_continuations
+
+        columns = np.asarray(columns)
+        items = []
+        for j in range(len(contexts)):
+            where = np.argwhere(columns == j)
+            for i in range(0, len(where), chunk):
+                items.append((j, where[i:i + chunk]))
+        per_rank = -(-len(items) // self.world_size)
+        mine = items[self.rank::self.world_size]
+        dummy = (0, np.array([[0, 0]]))
+        out: list[tuple[int, int, float, int]] = []
+        with torch.no_grad():
+            for i in range(per_rank):
+                j, where = mine[i] if i < len(mine) else dummy
+                lp, n = score_continuations(self.model, contexts[j],
+                                            [continuations[s] for s, _ in where],
+                                            temperature=self.temperature, device=self.device)
+                if i < len(mine):
+                    out.extend((int(s), int(k), float(v), int(c))
+                               for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))
         return out
 
     # --------------------------------------------------------------- warm start

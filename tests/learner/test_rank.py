@@ -69,3 +69,71 @@ def test_logprob_gap_and_version(tiny_model_path):
             r.update(_batch(), step=2)  # still stamped version 0
     finally:
         r.shutdown()
+
+
+def test_sample_weights_and_loss_scale_scale_the_update(tiny_model_path):
+    r = _rank(tiny_model_path)
+    try:
+        base = r.update(_batch(), step=1)
+    finally:
+        r.shutdown()
+    for extra, factor in [({"sample_weights": np.full(6, 2.0, np.float32)}, 2.0),
+                          ({"loss_scale": np.array(0.5)}, 0.5)]:
+        r = _rank(tiny_model_path)
+        try:
+            m = r.update({**_batch(), **extra}, step=1)
+        finally:
+            r.shutdown()
+        assert m["actor/grad_norm"] == pytest.approx(factor * base["actor/grad_norm"], rel=1e-4)
+    # rewards are [1, 0, 0 | 1, 1, 1]: only group 0 has advantages, so weighting it out leaves no
+    # gradient and weighting out group 1 changes nothing
+    for weights, expected in [([1, 1, 1, 0, 0, 0], base["actor/grad_norm"]), ([0, 0, 0, 1, 1, 1], 0.0)]:
+        r = _rank(tiny_model_path)
+        try:
+            m = r.update({**_batch(), "sample_weights": np.array(weights, np.float32)}, step=1)
+        finally:
+            r.shutdown()
+        assert m["actor/grad_norm"] == pytest.approx(expected, rel=1e-5, abs=1e-9)
+
+
+def test_grad_snr_measures_without_changing_the_policy(tiny_model_path):
+    r = _rank(tiny_model_path)
+    try:
+        before = r.policy_weights()
+        batch = _batch()
+        batch["rewards"] = np.array([1, 1, 1, 0, 1, 0], np.float32)  # group 0 has no spread
+        out = r.grad_snr(batch, np.array([0, 0, 0, 1, 1, 1]))
+        after = r.policy_weights()
+    finally:
+        r.shutdown()
+    assert set(out) == {f"grad_snr/b{b}/{t}_norm" for b in (0, 1) for t in ("task", "entropy")}
+    assert out["grad_snr/b0/task_norm"] == 0.0  # zero advantages: no task gradient at all
+    assert out["grad_snr/b1/task_norm"] > 0 and out["grad_snr/b0/entropy_norm"] > 0
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+
+
+def test_score_matches_full_sequence_logprobs(tiny_model_path):
+    import torch
+
+    from ragen2.algos import logprobs_from_logits
+    from ragen2.models.loading import load_causal_lm
+
+    contexts = [list(range(5, 40)), list(range(60, 71))]
+    conts = [[7, 8, 9], [10] * 6, [300, 20]]
+    columns = np.array([[0, 1], [1, 0], [0, 1]])
+    r = _rank(tiny_model_path)
+    try:
+        got = r.score(contexts, conts, columns, chunk=2)
+    finally:
+        r.shutdown()
+    model = load_causal_lm(tiny_model_path, dtype="float32").eval()
+    temp = load_config([]).engine.temperature
+    assert len(got) == 6
+    for s, k, value, n in got:
+        ctx, c = contexts[columns[s, k]], conts[s]
+        ids = torch.tensor([ctx + c])
+        with torch.no_grad():
+            lp = logprobs_from_logits(model(input_ids=ids).logits[:, :-1], ids[:, 1:], temp)
+        assert n == len(c)
+        assert value == pytest.approx(float(lp[0, len(ctx) - 1:].sum()), abs=1e-4)
