@@ -55,23 +55,32 @@ Layers (each probed when first needed; what is active is reported by :func:`sand
    not used.
 6. **Parent-side enforcement**: stdout/stderr are read incrementally; at the wall-clock deadline or
    once ``max_output_bytes`` have arrived the parent kills the session (``killpg``), the namespace
-   init (pidfd), everything in the cgroup, and, when there is neither pid namespace nor cgroup but
-   a uid of its own, every process of that uid; then it reaps.
+   init (pidfd), everything in the cgroup, and, without a pid namespace but with a uid of its own,
+   every process of that uid; then it reaps.
 
 Fallbacks: without namespaces (no ``unshare``, or it is not permitted), the run keeps layers 1, 3,
 4, 5, 6 and loses: network isolation (localhost services and any reachable network are open),
 the private ``/tmp`` and read-only filesystem (the code can write wherever its uid may, e.g. a
 world-writable ``/tmp``; only its working directory is removed afterwards), hiding of the task
 bank and other readable files, and the kernel's guarantee that every descendant dies with the
-run (the parent's kill sweep replaces it). Without root and without a user namespace, there is no
-uid of its own either: the code runs as the caller's user and can read its files and signal its
-processes (the trainer included). These modes are reported by :func:`sandbox_capabilities`.
+run (replaced by the launcher, a child subreaper that kills and reaps every descendant when the
+runner ends, and by the parent's sweep of the cgroup and of the run's uid). As root, the runner
+is the system ``python3`` when the unprivileged uid cannot reach the caller's interpreter (e.g.
+one under ``/root``). Without root and without a user namespace, there is no uid of its own
+either: the code runs as the caller's user and can read its files (and the trainer's
+``/proc/<pid>/environ``) and signal its processes (the trainer and the launcher included). If no
+configuration works, :func:`run_python` raises RuntimeError; it never runs code as root
+unconfined. What is active is reported by :func:`sandbox_capabilities`.
+
+Not covered anywhere: there is no seccomp filter (the whole syscall surface is reachable; a kernel
+exploit escapes), no memory cgroup (the worst case is ``max_processes * memory_mb`` of address
+space plus the tmpfs), world-writable Unix sockets outside ``/tmp`` stay reachable, and cgroup v2
+is not used.
 """
 
 from __future__ import annotations
 
 import ast
-import errno
 import itertools
 import json
 import math
@@ -87,9 +96,10 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = [
     "STATUSES",
@@ -104,7 +114,6 @@ __all__ = [
 STATUSES = ("ok", "timeout", "memory", "output_limit", "crashed", "error")
 
 _MIN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-_LAUNCHER_FAILED = 121  # launcher exit code when the setup fails
 
 
 @dataclass(frozen=True)
@@ -116,7 +125,8 @@ class SandboxLimits:
         cpu_s: CPU seconds of the main process (``RLIMIT_CPU``, rounded up; killed one second
             after the soft limit at the latest).
         memory_mb: address space per process (``RLIMIT_AS``), in MiB; at least 64.
-        max_processes: processes and threads the run may have at once, the main one included.
+        max_processes: processes and threads the run may have at once, the main one included
+            (``RLIMIT_NPROC`` of its own uid; the pids cgroup allows one more, the launcher).
         max_file_mb: size of any file it writes (``RLIMIT_FSIZE``); the private tmpfs holds
             four times this much in all.
         max_output_bytes: stdout + stderr bytes read before the run is killed.
@@ -161,13 +171,14 @@ class SandboxResult:
     * ``results``: one entry per call, in order: ``{"value": v}`` (``v`` decoded in the parent),
       ``{"error": "Type: message"}``, or None for a call that never reported (killed first).
     * ``complete``: whether the runner reported the end of all calls.
-    * ``stopped``: the fields below are from the launcher: ``cpu_s`` (CPU seconds of the runner
-      process) and ``max_rss_mb``.
 
-    ``status``: ``ok`` (the runner finished and reported), ``timeout`` (wall clock or CPU limit),
-    ``memory`` (a MemoryError, or killed while out of address space), ``output_limit``,
-    ``crashed`` (ended without finishing its report: ``os._exit``, a signal, ...), ``error`` (the
-    sandbox itself could not be set up; the message is in ``stderr``).
+    ``status``: ``ok`` (the runner finished and reported; exceptions of the code are in the
+    payload), ``timeout`` (wall clock, or killed by the CPU limit), ``memory`` (a MemoryError
+    anywhere), ``output_limit``, ``crashed`` (ended without finishing its report: ``os._exit``, a
+    signal, ...), ``error`` (the sandbox itself could not be set up; the message is in ``stderr``).
+    ``returncode`` is the runner's exit code (negative: killed by that signal), ``cpu_s`` and
+    ``max_rss_mb`` its CPU time and peak memory as reported by the launcher (None if unknown).
+    A payload, when there is one, is also kept for the statuses other than ``ok``.
     """
 
     status: str
@@ -493,6 +504,14 @@ def _cgroup_parent() -> str | None:
     probe = os.path.join(parent, f"probe-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         os.makedirs(parent, exist_ok=True)
+        for name in os.listdir(parent):  # runs of processes that died mid-run (now empty)
+            parts = name.split("-")
+            stale = name.startswith(("run-", "probe-")) and len(parts) > 1 and parts[1].isdigit()
+            if stale and not os.path.exists(f"/proc/{parts[1]}"):
+                try:
+                    os.rmdir(os.path.join(parent, name))
+                except OSError:
+                    pass
         os.mkdir(probe)
         with open(os.path.join(probe, "pids.max"), "w") as fh:
             fh.write("8")
@@ -519,19 +538,40 @@ def _default_hidden() -> list[str]:
             except KeyError:
                 pass
     paths += ["/root", "/home", os.path.expanduser("~")]
+    needed = ("/tmp", "/var/tmp", "/dev/shm", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64",
+              "/dev", "/proc", "/sys")
     out: list[str] = []
     for p in paths:
         real = os.path.realpath(p)
-        if real != "/" and os.path.isdir(real) and real not in out:
-            out.append(real)
+        if (
+            not os.path.isdir(real)
+            or real in out
+            or any(_within(n, real) for n in needed)  # hiding it would hide something needed
+            or any(_within(real, t) for t in needed[:3])  # private to the run anyway
+        ):
+            continue
+        out.append(real)
     return out
 
 
+def _within(path: str, top: str) -> bool:
+    """Whether ``path`` is ``top`` or inside it."""
+    return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def _interpreter() -> tuple[str, str | None, str]:
-    """(real executable, prefix to bind-mount or None, executable path relative to it)."""
+    """(real executable, prefix to bind-mount or None, executable path relative to it).
+
+    A virtual environment's interpreter is replaced by its base installation's (the runner uses
+    ``-I -S`` and the standard library only, and the venv may live in a hidden checkout)."""
     exe = os.path.realpath(sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
-    if (exe + "/").startswith(prefix.rstrip("/") + "/") and prefix != "/":
+    if not _within(exe, prefix):
+        v = sys.version_info
+        base = os.path.realpath(os.path.join(prefix, "bin", f"python{v.major}.{v.minor}"))
+        if os.path.isfile(base) and os.access(base, os.X_OK):
+            exe = base
+    if _within(exe, prefix) and prefix != "/":
         return exe, prefix, os.path.relpath(exe, prefix)
     return exe, None, ""
 
@@ -674,7 +714,7 @@ def _decode_value(text: Any) -> dict[str, Any]:
         return {"error": "unreadable return value"}
     try:
         return {"value": ast.literal_eval(text)}
-    except Exception:  # noqa: BLE001 - untrusted text: anything unparsable is just wrong
+    except Exception:
         return {"error": "unreadable return value"}
 
 
