@@ -244,25 +244,92 @@ class AlgorithmConfig:
 
 
 @dataclass
-class FilterConfig:
-    """Group filtering between rollout and update (``none`` keeps every group)."""
+class TieredSNRConfig:
+    """Tiered SNR filtering (``ragen2.filtering.snr.TieredSNR``); off in the plain modes."""
 
-    name: str = "none"
+    enabled: bool = False
+    pool_size: int = 64  # prompts (env seeds) the steps draw from, so per-prompt history repeats
+    ema: float = 0.7
+    low_threshold: float = 0.5
+    high_threshold: float = 0.7
+    reestimate_every: int = 100
+    priority_ratio: float = 7.0  # sampling weight of high vs low SNR prompts
+    low_weight: float = 0.5  # loss weight of low-SNR samples (attenuate)
+    high_weight: float = 1.5  # loss weight of high-SNR samples (amplify, 1..2)
+    perturb_threshold: float = 0.8  # template score at which a prompt is perturbed
+    perturb_temperature: float = 1.3  # sampling temperature multiplier for those prompts
 
     def validate(self, p: str) -> None:
-        from ragen2.filtering import GROUP_FILTERS
+        if not self.enabled:
+            return
+        from ragen2.filtering import TieredSNR
 
-        _choice(self, p, "name", GROUP_FILTERS.names())
+        try:
+            TieredSNR(self.pool_size, ema=self.ema, low_threshold=self.low_threshold,
+                      high_threshold=self.high_threshold, reestimate_every=self.reestimate_every,
+                      priority_ratio=self.priority_ratio, low_weight=self.low_weight,
+                      high_weight=self.high_weight, perturb_threshold=self.perturb_threshold,
+                      perturb_temperature=self.perturb_temperature)
+        except ValueError as e:  # "TieredSNR <arg>=<value> is invalid; allowed: ..."
+            key = str(e).split(" ", 2)[1].split("=", 1)[0]
+            raise ConfigError(f"{p}.{key}", getattr(self, key, None),
+                              str(e).split("allowed: ", 1)[-1]) from None
+
+
+@dataclass
+class FilterConfig:
+    """Group filtering between rollout and update (``ragen2.filtering``).
+
+    ``strategy: none`` keeps every group; otherwise groups are scored by ``metric`` and selected by
+    ``select_groups(scores, strategy, value, include_zero, temperature)``.
+    """
+
+    strategy: str = "none"  # none | top_p | top_p_softmax | top_k | top_k_abs | min_p
+    value: float = 1.0
+    metric: str = "reward_std"  # reward_std | reward_mean | entropy | response_length
+    include_zero: bool = True  # may groups with zero reward spread be kept
+    temperature: float = 1.0  # top_p_softmax
+    loss_scale: str = "none"  # none | linear | sqrt: scale the loss by the kept fraction
+    tiered: TieredSNRConfig = field(default_factory=TieredSNRConfig)
+
+    def validate(self, p: str) -> None:
+        from ragen2.filtering import GROUP_SCORES, GROUP_SELECTORS, LOSS_SCALES
+
+        _choice(self, p, "strategy", ["none", *GROUP_SELECTORS.names()])
+        _choice(self, p, "metric", GROUP_SCORES.names())
+        _choice(self, p, "loss_scale", LOSS_SCALES.names())
+        _check(self.temperature > 0, f"{p}.temperature", self.temperature, "must be > 0")
+        if self.strategy != "none":
+            try:
+                GROUP_SELECTORS.get(self.strategy).check_value(self.strategy, self.value)
+            except ValueError as e:
+                raise ConfigError(f"{p}.value", self.value, str(e)) from None
+            if GROUP_SELECTORS.get(self.strategy).nonnegative_scores:
+                _check(self.metric != "reward_mean", f"{p}.metric", self.metric,
+                       f"{self.strategy} needs non-negative scores: reward_std, entropy or "
+                       "response_length (or use top_k / top_p_softmax with reward_mean)")
+        self.tiered.validate(f"{p}.tiered")
 
 
 @dataclass
 class MonitorConfig:
-    """Collapse monitoring (the MI monitor arrives with the SNR/MI work)."""
+    """The MI collapse monitor and the gradient-SNR diagnostic (``ragen2.collapse``)."""
 
-    name: str = "none"
+    name: str = "mi"  # mi | none
+    every: int = 5  # steps between measurements (and step 1)
+    max_negatives: int = 0  # prompts scored per sample besides its own; 0 = all of them
+    permutations: int = 20  # permutation-null draws
+    ema: float = 0.9  # EMA decay of collapse/mi_z
+    grad_snr_every: int = 0  # gradient-SNR diagnostic cadence in steps (0 = off)
+    grad_snr_buckets: int = 3  # reward-spread quantile buckets
 
     def validate(self, p: str) -> None:
-        _choice(self, p, "name", ("none",))
+        _choice(self, p, "name", ("mi", "none"))
+        for n in ("every", "max_negatives", "grad_snr_every"):
+            v = getattr(self, n)
+            _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = off / all)")
+        _positive(self, p, "permutations", "grad_snr_buckets")
+        _check(0 <= self.ema < 1, f"{p}.ema", self.ema, "must be in [0, 1)")
 
 
 @dataclass
@@ -295,6 +362,8 @@ class TrainerConfig:
     max_skipped_steps: int = 5
     keep_checkpoints: int = 2
     log_samples: int = 8  # held-out episodes written as text at each evaluation
+    save_rollouts_every: int = 1  # steps between saved rollout batches (rollouts/*.jsonl.gz; 0 = off)
+    save_rollouts_max_mb: float = 50.0  # oldest rollout files are deleted beyond this total
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard", "console"])
     wandb_project: Optional[str] = None
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
@@ -302,7 +371,10 @@ class TrainerConfig:
     def validate(self, p: str) -> None:
         from ragen2.metrics import SINKS
 
-        _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "keep_checkpoints")
+        _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "keep_checkpoints",
+                  "save_rollouts_max_mb")
+        _check(self.save_rollouts_every >= 0, f"{p}.save_rollouts_every", self.save_rollouts_every,
+               "must be >= 0 (0 = off)")
         for n in ("save_every", "eval_every"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = only at the end)")

@@ -20,7 +20,7 @@ import numpy as np
 
 from ragen2 import seeding
 from ragen2.config import Config
-from ragen2.filtering import GROUP_FILTERS
+from ragen2.filtering.pipeline import FilterPipeline
 from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
@@ -129,6 +129,21 @@ class Controller:
         self.learners = LearnerGroup(cfg, model_path, learner_threads)
         self.sync = WEIGHT_SYNCS.get("object_store")(self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
+        self.filter = FilterPipeline(cfg.filter, cfg.seed)
+        self.monitor = None
+        if cfg.monitor.name == "mi" and cfg.monitor.every > 0:
+            from ragen2.collapse.monitor import MIMonitor
+
+            m = cfg.monitor
+            self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed)
+        from ragen2.models.loading import load_tokenizer
+
+        self.tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code)
+        eos = self.tokenizer.eos_token_id
+        self.eos_text = self.tokenizer.decode([eos]) if eos is not None else None
+        self.group_keys: dict[int, int] | None = None
+        self.health: dict[str, Any] = {"entropy_ref": None, "train_success": [], "collapse": {},
+                                       "label": None}
         self.pad_id = 0
         self.version = 0
 
@@ -149,15 +164,27 @@ class Controller:
         return trajs, stats
 
     def episode_specs(self, entries: list[EnvEntry], groups: int, group_size: int,
-                      seed_of: Any) -> list[EpisodeSpec]:
+                      seed_of: Any, temperature_of: Any = None) -> list[EpisodeSpec]:
         """``groups`` groups split between ``entries`` by share; group g uses seed ``seed_of(g)``."""
         names = assign(groups, entries)
-        return [EpisodeSpec(seed_of(g), g, names[g]) for g in range(groups) for _ in range(group_size)]
+        temp = temperature_of or (lambda g: 1.0)
+        return [EpisodeSpec(seed_of(g), g, names[g], temp(g))
+                for g in range(groups) for _ in range(group_size)]
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The step's episodes. Tiered SNR filtering draws the groups' prompts from its pool."""
         r = self.cfg.rollout
-        specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
-                                   lambda g: seeding.group_seed(self.cfg.seed, step, g))
+        drawn = self.filter.prompts(step, r.env_groups)
+        if drawn is None:
+            self.group_keys = None
+            specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
+                                       lambda g: seeding.group_seed(self.cfg.seed, step, g))
+        else:
+            keys, temps = drawn
+            self.group_keys = dict(enumerate(keys))
+            specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
+                                       lambda g: seeding.pool_seed(self.cfg.seed, keys[g]),
+                                       lambda g: temps[g])
         n = len(self.workers)
         seeds = [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)]
         return self._gather("rollout", specs, seeds, [self.version] * n)
@@ -254,8 +281,8 @@ class Controller:
         return {**m, "warm_start/demo_success": demo["warm_start/demo/success"]}
 
     # ------------------------------------------------------------------ a step
-    def train_step(self, step: int) -> dict[str, float] | None:
-        """One RL step; ``None`` when the filter kept no group (the step is skipped)."""
+    def train_step(self, step: int) -> tuple[dict[str, float], bool]:
+        """One RL step: (metrics, trained). ``trained`` is False when the filter kept no group."""
         import ray
 
         t0 = time.perf_counter()
@@ -263,15 +290,35 @@ class Controller:
         t_roll = time.perf_counter() - t0
         check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"step {step}")
         metrics = rollout_metrics(trajs, "rollout", per_env=len(self.train_envs) > 1)
+        self.health["train_success"] = (self.health["train_success"] + [metrics["rollout/success"]])[-5:]
         trajs = [t for t in trajs if t.env_error is None]  # counted above, never trained on
-        groups = group_rewards(trajs)
-        keep = set(GROUP_FILTERS.get(self.cfg.filter.name)(groups))
+        if self.monitor is not None and self.monitor.due(step):  # on the unfiltered batch
+            t1 = time.perf_counter()
+            collapse = self.monitor.measure(trajs, self.tokenizer, self.learners.score, step)
+            metrics.update(collapse)
+            metrics["timing/monitor_s"] = time.perf_counter() - t1
+            if collapse:
+                self.health["collapse"] = collapse
+                if self.health["entropy_ref"] is None:  # the policy's entropy when RL starts
+                    self.health["entropy_ref"] = collapse["collapse/token_entropy"]
+        keep, fm = self.filter.select(trajs, step, self.group_keys)
+        metrics.update(fm)
+        c = self.cfg
+        if c.trainer.save_rollouts_every and step % c.trainer.save_rollouts_every == 0:
+            from ragen2.rollout.archive import save_rollouts
+
+            save_rollouts(self.run_dir, step, trajs, keep, c.trainer.save_rollouts_max_mb, self.eos_text)
         kept = [t for t in trajs if t.group_id in keep]
-        metrics["filter/kept_group_frac"] = len(keep) / max(len(groups), 1)
         if not kept:
-            return None
+            return metrics, False
+        if c.monitor.grad_snr_every and step % c.monitor.grad_snr_every == 0:
+            metrics.update(self.grad_snr(trajs))
+        batch = collate(kept, self.pad_id)
+        n_groups = len({t.group_id for t in trajs})
+        batch["sample_weights"] = self.filter.sample_weights(kept, self.group_keys)
+        batch["loss_scale"] = np.array(self.filter.loss_scale(len(keep) / max(n_groups, 1)))
         t1 = time.perf_counter()
-        metrics.update(self.learners.update(ray.put(collate(kept, self.pad_id)), step))
+        metrics.update(self.learners.update(ray.put(batch), step))
         t_upd = time.perf_counter() - t1
         self.version += 1
         t_sync = self.push_weights()
@@ -279,7 +326,38 @@ class Controller:
                         "timing/generate_s": stats.get("generate_s", 0.0),
                         "timing/update_s": t_upd, "timing/sync_s": t_sync,
                         "timing/step_s": time.perf_counter() - t0})
-        return metrics
+        return metrics, True
+
+    def grad_snr(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """Gradient norms of the task / entropy / KL terms per reward-spread quantile bucket."""
+        import ray
+
+        stds = {g: float(np.std(r)) for g, r in group_rewards(trajs).items()}
+        n_b = self.cfg.monitor.grad_snr_buckets
+        edges = np.quantile(list(stds.values()), np.linspace(0, 1, n_b + 1)[1:-1])
+        bucket_of = {g: int(np.searchsorted(edges, s, side="right")) for g, s in stds.items()}
+        rows = np.array([bucket_of[t.group_id] for t in trajs])
+        out = self.learners.call("grad_snr", ray.put(collate(trajs, self.pad_id)), rows)[0]
+        for b in sorted(set(rows.tolist())):
+            out[f"grad_snr/b{b}/reward_std"] = float(np.mean([s for g, s in stds.items()
+                                                               if bucket_of[g] == b]))
+        return out
+
+    def diagnose(self, eval_success: float) -> dict[str, Any]:
+        """Classify the run at an evaluation; printed when the label changes."""
+        from ragen2.collapse.diagnosis import DIAGNOSIS_CODES, diagnose
+
+        h, col = self.health, self.health["collapse"]
+        train = h["train_success"]
+        d = diagnose(mi=col.get("collapse/mi"), mi_null=col.get("collapse/mi_null"),
+                     log_n=col.get("collapse/log_n"), token_entropy=col.get("collapse/token_entropy"),
+                     entropy_ref=h["entropy_ref"],
+                     train_success=float(np.mean(train)) if train else None,
+                     eval_success=eval_success)
+        if d.label != h["label"]:
+            print(f"[ragen2] diagnosis: {d.label}: {d.evidence}", flush=True)
+            h["label"] = d.label
+        return {"collapse/diagnosis": float(DIAGNOSIS_CODES[d.label])}
 
     # ------------------------------------------------------------ checkpoints
     def save(self, step: int, state: dict[str, Any]) -> Path:
@@ -288,6 +366,18 @@ class Controller:
         final = checkpoint.commit(tmp, step, {**state, "step": step, "policy_version": self.version})
         checkpoint.prune(self.run_dir, self.cfg.trainer.keep_checkpoints)
         return final
+
+    def state_dict(self) -> dict[str, Any]:
+        """Filter history, monitor EMA and run-health inputs: JSON, saved with each checkpoint."""
+        return {"filter": self.filter.state_dict(),
+                "monitor": self.monitor.state_dict() if self.monitor is not None else None,
+                "health": self.health}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.filter.load_state_dict(state["filter"])
+        if self.monitor is not None and state.get("monitor") is not None:
+            self.monitor.load_state_dict(state["monitor"])
+        self.health = state["health"]
 
     def shutdown(self) -> None:
         import ray
@@ -318,6 +408,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             if ctl.version != state["policy_version"]:
                 raise RuntimeError(f"{ckpt}: learner version {ctl.version} != trainer state "
                                    f"{state['policy_version']}")
+            if "controller" in state:
+                ctl.load_state_dict(state["controller"])
             ctl.push_weights()
             log.info("resumed from %s (step %d)", ckpt, start)
         else:
@@ -332,24 +424,24 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             logger.log(0, row)
 
         for step in range(start + 1, tr.total_steps + 1):
-            m = ctl.train_step(step)
-            if m is None:
-                state["skipped_in_row"] += 1
-                state["skipped_total"] += 1
-                logger.log(step, {"filter/skipped_steps": state["skipped_total"]})
-                if state["skipped_in_row"] >= tr.max_skipped_steps:
-                    raise TrainingStopped(
-                        f"{state['skipped_in_row']} consecutive steps kept no group after "
-                        f"filter '{cfg.filter.name}' (trainer.max_skipped_steps="
-                        f"{tr.max_skipped_steps}): loosen the filter or raise group_size")
-            else:
-                state["skipped_in_row"] = 0
-                m["filter/skipped_steps"] = state["skipped_total"]
-                if step == tr.total_steps or (tr.eval_every and step % tr.eval_every == 0):
-                    m.update(ctl.evaluate(step))
-                    state["eval_last"] = m["eval/success"]
+            m, trained = ctl.train_step(step)
+            state["skipped_in_row"] = 0 if trained else state["skipped_in_row"] + 1
+            state["skipped_total"] += 0 if trained else 1
+            m["filter/skipped_steps"] = state["skipped_total"]
+            if state["skipped_in_row"] >= tr.max_skipped_steps:
                 logger.log(step, m)
+                raise TrainingStopped(
+                    f"{state['skipped_in_row']} consecutive steps kept no group after filtering "
+                    f"(filter.strategy={cfg.filter.strategy}, filter.value={cfg.filter.value}, "
+                    f"trainer.max_skipped_steps={tr.max_skipped_steps}): loosen the filter "
+                    "(a higher filter.value, filter.include_zero=true) or raise rollout.group_size")
+            if step == tr.total_steps or (tr.eval_every and step % tr.eval_every == 0):
+                m.update(ctl.evaluate(step))
+                m.update(ctl.diagnose(m["eval/success"]))
+                state["eval_last"] = m["eval/success"]
+            logger.log(step, m)
             if step == tr.total_steps or (tr.save_every and step % tr.save_every == 0):
+                state["controller"] = ctl.state_dict()
                 ctl.save(step, state)
         summary = {"eval_before": state.get("eval_before"), "eval_after": state.get("eval_last"),
                    "steps": tr.total_steps, "seed": cfg.seed,

@@ -12,7 +12,7 @@ import numpy as np
 TRAIN_SEED_LIMIT = 2**31
 EVAL_SEED_BASE = 2**31
 
-_GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE = 1, 2, 3, 4
+_GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE, _POOL = 1, 2, 3, 4, 6  # 5: filtering.prompt_rng
 
 
 def _draw(*key: int) -> int:
@@ -23,6 +23,11 @@ def _draw(*key: int) -> int:
 def group_seed(seed: int, step: int, group: int) -> int:
     """Env seed shared by every rollout of ``group`` at RL ``step``."""
     return _draw(seed, _GROUP, step, group)
+
+
+def pool_seed(seed: int, prompt: int) -> int:
+    """Env seed of entry ``prompt`` of the fixed prompt pool (tiered SNR filtering)."""
+    return _draw(seed, _POOL, prompt)
 
 
 def demo_seed(seed: int, episode: int) -> int:

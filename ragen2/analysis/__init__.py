@@ -1,0 +1,29 @@
+"""Offline analysis of finished (or killed) runs: template-collapse report and sweep table.
+
+rollouts.py      readers of a run directory: load_metrics (last row per step wins),
+                 load_rollouts (skips half-written files with a warning), load_summary,
+                 load_overrides, load_hydra_config, metric_series
+analyze.py       ``ragen2-analyze RUN_DIR``: per-step plug-in MI + floor, diagnosis, analysis.json
+plots.py         the PNG panels of ``ragen2-analyze`` (matplotlib Agg canvas)
+sweep_report.py  ``ragen2-sweep-report SWEEP_DIR``: one markdown / JSON row per Hydra job + chart
+
+Importing this package does not import matplotlib.
+"""
+
+from ragen2.analysis.rollouts import (
+    load_hydra_config,
+    load_metrics,
+    load_overrides,
+    load_rollouts,
+    load_summary,
+    metric_series,
+)
+
+__all__ = [
+    "load_hydra_config",
+    "load_metrics",
+    "load_overrides",
+    "load_rollouts",
+    "load_summary",
+    "metric_series",
+]

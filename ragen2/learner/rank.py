@@ -104,14 +104,26 @@ class LearnerRank:
             out.append(t.to(self.device))
         return out
 
+    @staticmethod
+    def _scales(batch: dict[str, np.ndarray], rows: _Rows) -> torch.Tensor | None:
+        if "temperature_scales" not in batch:
+            return None
+        return torch.from_numpy(np.asarray(batch["temperature_scales"], np.float32)[rows.index])
+
     def _micro(self, rows: _Rows) -> list[_Rows]:
         m = self.cfg.algorithm.micro_batch_size
         return [_Rows(rows.index[i:i + m], rows.real[i:i + m]) for i in range(0, len(rows.index), m)]
 
     def _forward(self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
-                 with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token logprobs (B, T) of ``ids[:, t]`` given ``ids[:, :t]`` (0 at t = 0), + entropy."""
+                 with_entropy: bool, scales: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token logprobs (B, T) of ``ids[:, t]`` given ``ids[:, :t]`` (0 at t = 0), + entropy.
+
+        ``scales`` (B,) multiplies the sampling temperature per row (rows sampled hotter).
+        """
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+        if scales is not None and bool((scales != 1).any()):
+            logits = logits / scales.to(logits.device, logits.dtype)[:, None, None]
         lp = logprobs_from_logits(logits, ids[:, 1:], self.temperature)
         lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
         ent = None
@@ -169,11 +181,12 @@ class LearnerRank:
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids", "attention_mask",
                                                          "loss_mask", "logprobs")
                     c = cache[mi, ui] = {}
+                    sc = self._scales(batch, micro)
                     if mi > 0:
-                        c["old"], _ = self._forward(self.model, ids, attn, with_entropy=False)
+                        c["old"], _ = self._forward(self.model, ids, attn, with_entropy=False, scales=sc)
                         self._gap(stats, eng, c["old"], mask)
                     if self.ref is not None:
-                        c["ref"], _ = self._forward(self.ref, ids, attn, with_entropy=False)
+                        c["ref"], _ = self._forward(self.ref, ids, attn, with_entropy=False, scales=sc)
                     if self.critic is not None:
                         c["values"] = self.critic(ids, attn)
 
@@ -210,7 +223,8 @@ class LearnerRank:
                     c = cache[mi, ui]
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
                                                          "attention_mask", "loss_mask", "logprobs")
-                    lp, ent = self._forward(self.model, ids, attn, with_entropy=True)
+                    lp, ent = self._forward(self.model, ids, attn, with_entropy=True,
+                                            scales=self._scales(batch, micro))
                     if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
                         c["old"] = lp.detach()
                         self._gap(stats, eng, c["old"], mask)

@@ -34,6 +34,7 @@ class EpisodeSpec:
     env_seed: int
     group_id: int
     env: str = "env"  # the env's name (an entry of env.mix, or the single env's name)
+    temperature_scale: float = 1.0  # sampling temperature multiplier (tiered SNR perturbation)
 
 
 @dataclass
@@ -69,10 +70,17 @@ class EngineTurnPolicy:
         return self.engine.policy_version
 
     def act(self, episodes: Sequence[EpisodeState], turn: int) -> list[Generation]:
+        """One batched generate per distinct temperature scale (usually exactly one)."""
         from dataclasses import replace
 
-        params = replace(self.params, seed=self.params.seed * 1009 + turn)
-        return self.engine.generate([e.traj.input_ids for e in episodes], params)
+        out: list[Generation | None] = [None] * len(episodes)
+        for scale in sorted({e.traj.temperature_scale for e in episodes}):
+            idx = [i for i, e in enumerate(episodes) if e.traj.temperature_scale == scale]
+            params = replace(self.params, seed=self.params.seed * 1009 + turn + int(scale * 1e6),
+                             temperature=self.params.temperature * scale)
+            for i, g in zip(idx, self.engine.generate([episodes[i].traj.input_ids for i in idx], params)):
+                out[i] = g
+        return out  # type: ignore[return-value]
 
 
 class DemonstrationPolicy:
@@ -141,7 +149,8 @@ def run_episodes(
         taken[spec.env] = k + 1
         if len(pool) <= k:
             pool.append(make_env(spec.env))
-        traj = Trajectory(spec.env_seed, spec.group_id, policy.policy_version, env_name=spec.env)
+        traj = Trajectory(spec.env_seed, spec.group_id, policy.policy_version, env_name=spec.env,
+                          temperature_scale=spec.temperature_scale)
         episodes.append(EpisodeState(pool[k], traj))
 
     def reset(ep: EpisodeState) -> None:

@@ -23,6 +23,7 @@ class Trajectory:
     group_id: int
     policy_version: int
     env_name: str = "env"
+    temperature_scale: float = 1.0  # sampled at engine.temperature x this (logprobs match it)
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -70,8 +71,8 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, np.ndarra
     """Right-pad trajectories into a learner batch of numpy arrays (cheap in Ray's object store).
 
     Returns input_ids/attention_mask/loss_mask (N, L) int64, logprobs/token_rewards (N, L)
-    float32 (token_rewards holds each turn's reward at its last generated id), rewards (N,)
-    float32, group_ids/policy_version (N,) int64.
+    float32 (token_rewards holds each turn's reward at its last generated id), rewards and
+    temperature_scales (N,) float32, group_ids/policy_version (N,) int64.
     """
     if not trajs:
         raise ValueError("cannot collate an empty list of trajectories")
@@ -91,5 +92,6 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, np.ndarra
         "token_rewards": tok_r,
         "rewards": np.array([t.reward for t in trajs], dtype=np.float32),
         "group_ids": np.array([t.group_id for t in trajs], dtype=np.int64),
+        "temperature_scales": np.array([t.temperature_scale for t in trajs], dtype=np.float32),
         "policy_version": np.array([t.policy_version for t in trajs], dtype=np.int64),
     }

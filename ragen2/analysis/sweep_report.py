@@ -1,0 +1,202 @@
+"""``ragen2-sweep-report SWEEP_DIR``: one table row per job of a Hydra multirun sweep.
+
+A job directory is any direct subdirectory of SWEEP_DIR holding ``metrics.jsonl`` or
+``.hydra/overrides.yaml`` (its name is not relied on, except for sorting: by the leading job
+number, then by name). Per job:
+    overrides        .hydra/overrides.yaml, else the directory name without its "N_" prefix
+    final success    summary.json eval_after, else the last eval/success in metrics.jsonl
+    final MI         the last collapse/mi
+    mean kept ratio  mean filter/kept_ratio over RL steps (step >= 1)
+    mean step s      mean timing/step_s over RL steps
+    steps            the last step in metrics.jsonl (else summary.json "steps")
+Writes ``sweep_report.md`` (the markdown table, also printed), ``sweep_report.json`` and
+``sweep_report.png`` (bars of final success per job, and of final MI when any job has it).
+A job with a corrupt file keeps its row ("—" where unreadable) and gets a warning on stderr.
+A missing or job-less SWEEP_DIR: one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from ragen2.analysis.rollouts import (
+    load_metrics,
+    load_overrides,
+    load_summary,
+    metric_series,
+)
+
+__all__ = ["COLUMNS", "find_jobs", "job_row", "main", "markdown_table", "write_chart"]
+
+PROG = "ragen2-sweep-report"
+_JOB_NUM = re.compile(r"^(\d+)(?:_|$)")
+# (column title, row key, decimals; None = integer / text)
+COLUMNS = (("job", "job", None), ("overrides", "overrides_text", None),
+           ("final success", "final_success", 3), ("final MI", "final_mi", 3),
+           ("mean kept ratio", "mean_kept_ratio", 3), ("mean step s", "mean_step_s", 2),
+           ("steps", "steps", None))
+MISSING = "—"
+
+
+def _sort_key(path: Path) -> tuple[float, str]:
+    m = _JOB_NUM.match(path.name)
+    return (int(m.group(1)) if m else math.inf, path.name)
+
+
+def find_jobs(sweep_dir: str | Path) -> list[Path]:
+    """The job directories of a sweep, sorted by job number then name."""
+    jobs = [p for p in Path(sweep_dir).iterdir()
+            if p.is_dir() and ((p / "metrics.jsonl").is_file()
+                               or (p / ".hydra" / "overrides.yaml").is_file())]
+    return sorted(jobs, key=_sort_key)
+
+
+def _mean(series: list[tuple[int, float]]) -> float | None:
+    return statistics.fmean(v for _, v in series) if series else None
+
+
+def _final_success(metrics, summary) -> tuple[float | None, str | None]:
+    after = (summary or {}).get("eval_after")
+    if isinstance(after, (int, float)) and not isinstance(after, bool) and math.isfinite(after):
+        return float(after), "summary.json eval_after"
+    ev = metric_series(metrics, "eval/success")
+    return (ev[-1][1], f"eval/success at step {ev[-1][0]}") if ev else (None, None)
+
+
+def job_row(job_dir: str | Path) -> dict[str, Any]:
+    """The report row of one job; unreadable files are listed under "errors", not raised."""
+    job = Path(job_dir)
+    errors: list[str] = []
+    m = _JOB_NUM.match(job.name)
+    try:
+        overrides, source = load_overrides(job), ".hydra/overrides.yaml"
+    except ValueError as e:
+        overrides, source = None, None
+        errors.append(str(e))
+    if overrides is None:
+        rest = job.name[m.end():] if m else job.name
+        overrides, source = ([rest] if rest else []), "directory name"
+    try:
+        metrics = load_metrics(job)
+    except FileNotFoundError:
+        metrics = {}
+    except ValueError as e:
+        metrics = {}
+        errors.append(str(e))
+    try:
+        summary = load_summary(job)
+    except ValueError as e:
+        summary = None
+        errors.append(str(e))
+    success, success_src = _final_success(metrics, summary)
+    mi = metric_series(metrics, "collapse/mi")
+    steps = max(metrics) if metrics else (summary or {}).get("steps")
+    return {
+        "job": m.group(1) if m else job.name,
+        "dir": str(job),
+        "overrides": overrides,
+        "overrides_source": source,
+        "overrides_text": " ".join(overrides),
+        "final_success": success,
+        "final_success_source": success_src,
+        "final_mi": mi[-1][1] if mi else None,
+        "mean_kept_ratio": _mean(metric_series(metrics, "filter/kept_ratio", min_step=1)),
+        "mean_step_s": _mean(metric_series(metrics, "timing/step_s", min_step=1)),
+        "steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+        "finished": summary is not None,
+        "errors": errors,
+    }
+
+
+def _cell(v: Any, decimals: int | None) -> str:
+    if v is None or v == "":
+        return MISSING
+    text = f"{v:.{decimals}f}" if decimals is not None else str(v)
+    return text.replace("|", "\\|")
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """One markdown row per job; missing values as "—"."""
+    head = "| " + " | ".join(title for title, _, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" if d is None and k != "steps" else "---:" for _, k, d in COLUMNS) + "|"
+    body = ["| " + " | ".join(_cell(r[k], d) for _, k, d in COLUMNS) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+def write_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """Bars of final success per job (and of final MI when any job has it) into a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    panels = [("final_success", "final held-out success")]
+    if any(r["final_mi"] is not None for r in rows):
+        panels.append(("final_mi", "final MI (collapse/mi, nats)"))
+    labels = [f"{r['job']}\n{r['overrides_text'][:28]}" for r in rows]
+    fig = Figure(figsize=(max(5.0, 1.1 * len(rows) + 2), 3.6 * len(panels)), layout="constrained")
+    for i, (key, title) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        vals = [math.nan if r[key] is None else r[key] for r in rows]
+        bars = ax.bar(range(len(rows)), vals, color=f"C{i}")
+        ax.bar_label(bars, labels=["" if math.isnan(v) else f"{v:.3f}" for v in vals],
+                     fontsize="small")
+        for x, v in enumerate(vals):
+            if math.isnan(v):  # no bar: mark the job as missing
+                ax.text(x, 0, MISSING, ha="center", va="bottom", fontsize="small")
+        ax.set_xticks(range(len(rows)), labels, fontsize="small")
+        ax.set_title(title)
+        if key == "final_success":
+            ax.set_ylim(0, 1.1)
+        ax.grid(axis="y", alpha=0.3)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=100)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Summary table of a ragen2 Hydra multirun sweep.")
+    p.add_argument("sweep_dir", type=Path, help="the sweep directory (one subdirectory per job)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default SWEEP_DIR)")
+    return p
+
+
+def _fail(message: str):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    sweep = args.sweep_dir
+    if not sweep.is_dir():
+        _fail(f"sweep directory {sweep} does not exist")
+    jobs = find_jobs(sweep)
+    if not jobs:
+        _fail(f"{sweep} has no job directories (subdirectories with metrics.jsonl or "
+              ".hydra/overrides.yaml)")
+    rows = [job_row(j) for j in jobs]
+    for r in rows:
+        for err in r["errors"]:
+            print(f"{PROG}: warning: job {r['job']}: {err}", file=sys.stderr)
+    table = markdown_table(rows)
+    out = args.out if args.out is not None else sweep
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep_report.md").write_text(f"# Sweep {sweep}\n\n{table}\n")
+        (out / "sweep_report.json").write_text(
+            json.dumps({"sweep_dir": str(sweep), "jobs": rows}, indent=1, allow_nan=False) + "\n")
+        write_chart(rows, out / "sweep_report.png")
+    except (OSError, ValueError) as e:
+        _fail(str(e))
+    print(table)
+    print(f"\nwrote {out / 'sweep_report.md'}, sweep_report.json and sweep_report.png in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

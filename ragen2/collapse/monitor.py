@@ -1,0 +1,117 @@
+"""The online MI collapse monitor: cross-score first-turn reasoning under every group's prompt.
+
+From an (unfiltered) rollout batch it builds one context per group (the group's rendered first
+prompt followed by ``<think>``) and one continuation per episode (its first-turn ``<think>`` text,
+tags excluded, tokenised canonically), asks a scorer for log p(z_s | x_j) over an (S, K) column
+plan (every prompt, or the owner plus ``max_negatives`` sampled ones), and turns the matrix into
+``collapse/*`` metrics with :func:`ragen2.collapse.mutual_information` (sums of token logprobs, the
+SPEC's definition) plus a per-token-mean variant and a permutation null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ragen2.collapse.mi import (EMA, choose_negatives, mutual_information,
+                                mutual_information_subsampled, permutation_null)
+from ragen2.rollout.trajectory import Trajectory
+
+#: scorer(contexts, continuations, columns (S, K)) -> (logp_sum (S, K), tokens (S, K))
+Scorer = Callable[[list[list[int]], list[list[int]], np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class MonitorInputs:
+    contexts: list[list[int]]  # one per prompt (group)
+    prompt_keys: list[str]  # the prompt text: identical prompts are equivalent for retrieval
+    continuations: list[list[int]]  # one per sample
+    owner: np.ndarray  # (S,) prompt index of each sample
+
+
+def build_inputs(trajs: Sequence[Trajectory], tokenizer: Any,
+                 think_open: str = "<think>") -> MonitorInputs | None:
+    """Contexts and continuations from a batch; None when fewer than 2 prompts have reasoning."""
+    open_ids = list(tokenizer.encode(think_open, add_special_tokens=False))
+    groups: dict[int, int] = {}
+    contexts, keys, conts, owner = [], [], [], []
+    for t in trajs:
+        if not t.first_think or t.env_error is not None or t.first_prompt_len == 0:
+            continue
+        if t.group_id not in groups:
+            groups[t.group_id] = len(contexts)
+            contexts.append(list(t.input_ids[:t.first_prompt_len]) + open_ids)
+            keys.append(t.observations[0] if t.observations else str(t.env_seed))
+        conts.append(list(tokenizer.encode(t.first_think, add_special_tokens=False)))
+        owner.append(groups[t.group_id])
+    if len(contexts) < 2:
+        return None
+    return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
+
+
+class MIMonitor:
+    """Runs the cross-scoring at a cadence and keeps the EMA of ``mi_z`` (resumable state)."""
+
+    def __init__(self, every: int, max_negatives: int = 0, permutations: int = 20,
+                 ema: float = 0.9, seed: int = 0) -> None:
+        self.every, self.max_negatives, self.permutations = every, max_negatives, permutations
+        self.seed = seed
+        self.mi_z_ema = EMA(ema)
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and (step == 1 or step % self.every == 0)
+
+    def measure(self, trajs: Sequence[Trajectory], tokenizer: Any, scorer: Scorer,
+                step: int) -> dict[str, float]:
+        """``collapse/*`` metrics of one batch (empty when it has too few prompts with reasoning)."""
+        inputs = build_inputs(trajs, tokenizer)
+        if inputs is None:
+            return {}
+        n = len(inputs.contexts)
+        owner = torch.from_numpy(inputs.owner)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        if self.max_negatives and self.max_negatives < n - 1:
+            columns = choose_negatives(owner, n, self.max_negatives, gen).numpy()
+        else:
+            columns = np.tile(np.arange(n), (len(owner), 1))
+        logp, tokens = scorer(inputs.contexts, inputs.continuations, columns)
+        logp_t = torch.from_numpy(np.asarray(logp, dtype=np.float64))
+        mean_t = logp_t / torch.from_numpy(np.maximum(tokens, 1)).double()
+        cols = torch.from_numpy(columns)
+        full = columns.shape[1] == n
+        if full:  # columns are 0..N-1 in order on every row
+            summed = mutual_information(logp_t, owner, prompt_keys=inputs.prompt_keys)
+            mean = mutual_information(mean_t, owner, prompt_keys=inputs.prompt_keys)
+            null = permutation_null(logp_t, owner, num_permutations=self.permutations, generator=gen)
+        else:
+            summed = mutual_information_subsampled(logp_t, cols, prompt_keys=inputs.prompt_keys)
+            mean = mutual_information_subsampled(mean_t, cols, prompt_keys=inputs.prompt_keys)
+            null = None
+        out = {f"collapse/{k}": float(v) for k, v in summed.items()}
+        out["collapse/mi_token_mean"] = float(mean["mi"])
+        out["collapse/mi_z_ema"] = self.mi_z_ema.update(summed["mi_z"])
+        if null is not None:
+            out["collapse/mi_null"] = float(null["mi_null"])
+            out["collapse/mi_p_value"] = float(null["p_value"])
+        out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
+        out["collapse/token_entropy"] = token_entropy(trajs)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mi_z_ema": self.mi_z_ema.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mi_z_ema.load_state_dict(state["mi_z_ema"])
+
+
+def token_entropy(trajs: Sequence[Trajectory]) -> float:
+    """Per-token entropy estimate of the sampling policy: mean -logprob over generated tokens."""
+    total = count = 0.0
+    for t in trajs:
+        lp, mask = np.asarray(t.logprobs), np.asarray(t.loss_mask, dtype=bool)
+        total += float(-lp[mask].sum())
+        count += float(mask.sum())
+    return total / count if count else float("nan")

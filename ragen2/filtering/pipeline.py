@@ -1,0 +1,98 @@
+"""The filter step of the training loop: score groups, select them, and (tiered mode) weight them.
+
+:class:`FilterPipeline` wraps the pure pieces of this package for the controller: it scores the
+groups of a rollout batch (``filter.metric``), keeps them with :func:`select_groups`, and in tiered
+mode folds every group into the :class:`TieredSNR` history (reward spread and template score of its
+first-turn reasoning), draws the next step's prompts and temperature multipliers from the pool and
+gives each kept sample its loss weight. Its state is JSON, saved with every checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ragen2.filtering.scores import GroupBatch, group_scores, reward_std
+from ragen2.filtering.select import filter_metrics, loss_scale, select_groups
+from ragen2.filtering.snr import TieredSNR, prompt_rng, template_score
+
+log = logging.getLogger("ragen2")
+
+
+class FilterPipeline:
+    def __init__(self, cfg: Any, seed: int) -> None:
+        """``cfg`` is a ``FilterConfig``; ``seed`` the run seed (prompt sampling derives from it)."""
+        self.cfg, self.seed = cfg, seed
+        t = cfg.tiered
+        self.tiered = TieredSNR(
+            t.pool_size, ema=t.ema, low_threshold=t.low_threshold, high_threshold=t.high_threshold,
+            reestimate_every=t.reestimate_every, priority_ratio=t.priority_ratio,
+            low_weight=t.low_weight, high_weight=t.high_weight,
+            perturb_threshold=t.perturb_threshold,
+            perturb_temperature=t.perturb_temperature) if t.enabled else None
+        self._warned_at = -10**9
+
+    # ----------------------------------------------------------- prompts (tiered mode)
+    def prompts(self, step: int, n: int) -> tuple[list[int], list[float]] | None:
+        """Pool keys and temperature multipliers of the step's ``n`` groups; None if not tiered."""
+        if self.tiered is None:
+            return None
+        keys = self.tiered.sample_prompts(n, prompt_rng(self.seed, step))
+        return keys, [float(x) for x in self.tiered.temperature_multipliers(keys)]
+
+    # ----------------------------------------------------------------- selection
+    def select(self, trajs: Sequence[Any], step: int,
+               group_keys: dict[int, int] | None = None) -> tuple[set[int], dict[str, float]]:
+        """Kept group ids and ``filter/*`` (+ ``snr/*``) metrics for one batch.
+
+        ``group_keys`` maps group id -> prompt key (tiered mode: the pool entry).
+        """
+        if not trajs:
+            return set(), {"filter/kept_ratio": 0.0}
+        batch = GroupBatch.from_trajectories(trajs)
+        groups = batch.groups
+        stds = reward_std(batch)
+        c = self.cfg
+        if c.strategy == "none":
+            kept_idx = torch.arange(len(groups))
+            scores = stds
+        else:
+            scores = group_scores(batch, c.metric)
+            kept_idx = select_groups(scores, c.strategy, c.value, include_zero=c.include_zero,
+                                     temperature=c.temperature, zero_groups=stds <= 1e-8)
+        kept = {groups[i] for i in kept_idx.tolist()}
+        metrics = filter_metrics(stds, scores, kept_idx)
+        if self.tiered is not None and group_keys is not None:
+            texts: dict[int, list[str | None]] = {g: [] for g in groups}
+            for t in trajs:
+                texts[t.group_id].append(t.first_think)
+            tau = template_score(texts)
+            self.tiered.update(step, [group_keys[g] for g in groups], [float(x) for x in stds],
+                               [tau[g] for g in groups])
+            metrics.update(self.tiered.metrics())
+            metrics["snr/template_score_mean"] = float(np.mean([tau[g] for g in groups]))
+            warning = self.tiered.diversity_warning()
+            if warning and step - self._warned_at >= 25:  # repeat at most every 25 steps
+                log.warning("step %d: %s", step, warning)
+                self._warned_at = step
+        return kept, metrics
+
+    def sample_weights(self, trajs: Sequence[Any], group_keys: dict[int, int] | None) -> np.ndarray:
+        """(N,) loss weight per kept sample (all 1 unless tiered)."""
+        if self.tiered is None or group_keys is None:
+            return np.ones(len(trajs), dtype=np.float32)
+        keys = [group_keys[t.group_id] for t in trajs]
+        return self.tiered.loss_weights(keys).astype(np.float32)
+
+    def loss_scale(self, kept_fraction: float) -> float:
+        return loss_scale(kept_fraction, self.cfg.loss_scale) if kept_fraction > 0 else 1.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"tiered": self.tiered.state_dict() if self.tiered is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.tiered is not None and state.get("tiered") is not None:
+            self.tiered.load_state_dict(state["tiered"])

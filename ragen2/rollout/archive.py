@@ -1,0 +1,54 @@
+"""Saved rollouts: each step's unfiltered batch as compressed JSON lines, bounded in total size.
+
+``RUN_DIR/rollouts/step_000001.jsonl.gz``, one line per episode: ``step``, ``group_id``, ``env``,
+``env_seed``, ``prompt`` (first observation), ``reasoning`` (first-turn ``<think>`` text),
+``responses``, ``actions`` (the parsed ``<answer>`` per turn, null when unparsable), ``reward``,
+``success``, ``kept`` (survived the group filter) and ``env_error``. Files are written atomically;
+the oldest are deleted once the directory exceeds its size budget. ``ragen2-analyze`` reads them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Collection, Sequence
+
+from ragen2.rollout.parsing import parse_response
+from ragen2.rollout.trajectory import Trajectory
+
+MAX_TEXT = 4000  # characters kept of any one prompt / response
+
+
+def _cap(text: str | None) -> str | None:
+    return None if text is None else text[:MAX_TEXT]
+
+
+def episode_record(t: Trajectory, step: int, kept: bool, eos_text: str | None = None) -> dict:
+    return {"step": step, "group_id": t.group_id, "env": t.env_name, "env_seed": t.env_seed,
+            "prompt": _cap(t.observations[0] if t.observations else None),
+            "reasoning": _cap(t.first_think),
+            "responses": [_cap(r) for r in t.responses],
+            "actions": [_cap(parse_response(r, eos_text).answer) for r in t.responses],
+            "reward": t.reward, "success": t.success, "kept": kept, "env_error": t.env_error}
+
+
+def save_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory],
+                  kept_groups: Collection[int], max_mb: float, eos_text: str | None = None) -> Path:
+    """Write one step's batch; returns the file. Prunes the oldest files beyond ``max_mb``."""
+    folder = Path(run_dir) / "rollouts"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:06d}.jsonl.gz"
+    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        for t in trajs:
+            f.write(json.dumps(episode_record(t, step, t.group_id in kept_groups, eos_text)) + "\n")
+    os.replace(tmp, path)
+    files = sorted(folder.glob("step_*.jsonl.gz"))
+    total = sum(p.stat().st_size for p in files)
+    while files and total > max_mb * 2**20 and len(files) > 1:
+        oldest = files.pop(0)
+        total -= oldest.stat().st_size
+        oldest.unlink()
+    return path
