@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 _RESPONSE = re.compile(r"^\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_THINK = re.compile(r"^\s*<think>(.*?)</think>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -35,3 +36,12 @@ def parse_response(text: str, eos_text: str | None = None) -> ParsedResponse:
     if not answer or any(t in think or t in answer for t in _TAGS):
         return ParsedResponse(None, None)
     return ParsedResponse(think.strip(), answer)
+
+
+def leading_think(text: str) -> str | None:
+    """The reasoning of a response that opens with a closed ``<think>`` block, even when the rest
+    does not parse (the MI monitor and the saved rollouts look at reasoning, not at the format)."""
+    m = _THINK.match(text)
+    if m is None or "<think>" in m.group(1):
+        return None
+    return m.group(1).strip()

@@ -20,7 +20,7 @@ import gymnasium as gym
 
 from ragen2.engines.base import Generation, GenerationEngine, SamplingParams
 from ragen2.rollout.chat import ChatRenderer, system_prompt
-from ragen2.rollout.parsing import parse_response
+from ragen2.rollout.parsing import leading_think, parse_response
 from ragen2.rollout.trajectory import Trajectory
 
 FORMAT_ERROR_NOTE = ("Your reply could not be parsed. Reply exactly as "
@@ -226,7 +226,7 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     traj.responses.append(text)
     parsed = parse_response(text, eos_text)
     if traj.num_turns == 1:
-        traj.first_think = parsed.think
+        traj.first_think = parsed.think if parsed.format_ok else leading_think(text)
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
         return parsed.answer

@@ -1,6 +1,6 @@
 import pytest
 
-from ragen2.rollout.parsing import parse_response
+from ragen2.rollout.parsing import leading_think, parse_response
 
 
 @pytest.mark.parametrize("text,think,answer", [
@@ -27,3 +27,15 @@ def test_parses_well_formed(text, think, answer):
 def test_rejects_malformed(text):
     p = parse_response(text)
     assert not p.format_ok and p.answer is None and p.think is None
+
+
+@pytest.mark.parametrize("text,think", [
+    ("<think> I am at row 1 </think><answer>Left</answer>", "I am at row 1"),
+    ("<think>plan</think> trailing junk", "plan"),          # unparsable, reasoning still read
+    ("<think>plan</think><answer></answer>", "plan"),
+    ("no think at all <think>x</think>", None),
+    ("<think>unclosed", None),
+    ("<think>a <think> b</think>", None),
+])
+def test_leading_think(text, think):
+    assert leading_think(text) == think

@@ -1,0 +1,75 @@
+"""The controller's filter step: plain selection, tiered history, prompts, weights, state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragen2.filtering.pipeline import FilterPipeline
+from ragen2.rollout.trajectory import Trajectory
+from ragen2.train import load_config
+
+
+def traj(group, reward, think="I go left"):
+    t = Trajectory(env_seed=100 + group, group_id=group, policy_version=0)
+    t.turn_rewards, t.turn_ends, t.first_think = [reward], [0], think
+    t.append([1, 2, 3], 1, [-0.5, -0.5, -0.5])
+    return t
+
+
+# group rewards: g0 (1, 0) std 0.5; g1 (1, 1) std 0; g2 (2, 0) std 1; g3 (0, 0.5) std 0.25
+BATCH = [traj(0, 1), traj(0, 0), traj(1, 1), traj(1, 1), traj(2, 2), traj(2, 0), traj(3, 0), traj(3, 0.5)]
+
+
+def pipeline(*overrides):
+    return FilterPipeline(load_config(list(overrides)).filter, seed=0)
+
+
+def test_no_filter_keeps_everything():
+    kept, m = pipeline().select(BATCH, step=1)
+    assert kept == {0, 1, 2, 3} and m["filter/kept_ratio"] == 1.0
+    assert m["filter/zero_std_groups"] == 1 and m["rollout/in_group_reward_std"] == pytest.approx(1.75 / 4)
+
+
+def test_top_p_keeps_the_highest_spread_groups():
+    # stds sorted: g2 1.0, g0 0.5, g3 0.25, g1 0 (dropped: include_zero false); total 1.75.
+    # p = 0.5 -> 0.875: g2 alone (1.0) reaches it. p = 0.9 -> 1.575: g2 + g0 = 1.5 < 1.575, + g3.
+    kept, m = pipeline("filter=top_p", "filter.value=0.5").select(BATCH, step=1)
+    assert kept == {2} and m["filter/kept_ratio"] == 0.25
+    kept, _ = pipeline("filter=top_p", "filter.value=0.9").select(BATCH, step=1)
+    assert kept == {0, 2, 3}
+
+
+def test_loss_scale_modes():
+    assert pipeline("filter=top_p", "filter.loss_scale=linear").loss_scale(0.25) == 0.25
+    assert pipeline("filter=top_p", "filter.loss_scale=sqrt").loss_scale(0.25) == 0.5
+    assert pipeline("filter=top_p").loss_scale(0.25) == 1.0
+
+
+def test_plain_modes_leave_tiered_off():
+    p = pipeline("filter=top_p")
+    assert p.prompts(1, 4) is None
+    assert p.sample_weights(BATCH, None).tolist() == [1.0] * len(BATCH)
+
+
+def test_tiered_history_weights_prompts_and_resume():
+    p = pipeline("filter=tiered", "filter.tiered.pool_size=8")
+    keys, temps = p.prompts(1, 4)
+    assert len(set(keys)) == 4 and all(0 <= k < 8 for k in keys) and temps == [1.0] * 4
+    group_keys = dict(enumerate(keys))
+    # groups 0 and 2 reason about their input; 1 and 3 share one template sentence
+    batch = [traj(0, 1, "box at 3 4"), traj(0, 0, "box at 3 4"), traj(1, 1, "let me think step by step"),
+             traj(1, 1, "let me think step by step"), traj(2, 2, "goal near 1 1"), traj(2, 0, "goal near 1 1"),
+             traj(3, 0, "let me think step by step"), traj(3, 0.5, "let me think step by step")]
+    kept, m = p.select(batch, step=1, group_keys=group_keys)
+    assert {"snr/mean", "snr/std", "snr/frac_high", "snr/frac_low"} <= set(m)
+    # SNR = signal / (signal + tau): g2 signal 1, tau 0 -> 1 (high); g1 signal 0, tau 1 -> 0 (low)
+    assert p.tiered.grade(keys[2]) == "high" and p.tiered.grade(keys[1]) == "low"
+    w = p.sample_weights(batch, group_keys)
+    assert w[4] == 1.5 and w[2] == 0.5
+    # template-like prompts (tau = 1 >= 0.8) are sampled hotter next time
+    assert p.tiered.temperature_multipliers([keys[1]]).tolist() == [1.3]
+    state = p.state_dict()
+    q = pipeline("filter=tiered", "filter.tiered.pool_size=8")
+    q.load_state_dict(state)
+    assert q.prompts(2, 4) == p.prompts(2, 4)
