@@ -197,7 +197,7 @@ class LearnerRank:
                                       norm_by_std=a.norm_adv_by_std).float()
         # per-sample loss weights (tiered SNR filtering) scale the advantages: the policy losses
         # are positively homogeneous in A, so this weights each sample's loss exactly
-        weights = torch.from_numpy(np.asarray(batch.get("sample_weights", np.ones(n)), np.float32))
+        weights = torch.tensor(np.asarray(batch.get("sample_weights", np.ones(n))), dtype=torch.float32)
         for mi, (_, rows) in enumerate(plan):
             for ui, micro in enumerate(self._micro(rows)):
                 c = cache[mi, ui]

@@ -1,0 +1,43 @@
+"""The MI monitor tells a policy that reads its input from one that recites a template (slow).
+
+Two policies are warm-started on the same env (`tests/reasoning_env.py`, EchoWord) with the same
+actions; only the reasoning differs: one restates the secret word, the other names a random word
+that does not depend on the input. Both solve the task and both have near-zero token entropy, so
+neither success nor entropy tells them apart; the monitor's MI and retrieval accuracy must.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragen2.train import load_config, resolve_model_path, train
+
+pytestmark = pytest.mark.slow
+
+BASE = ["env.id=tests.reasoning_env:EchoWord-v0", "trainer.total_steps=1", "monitor.every=1",
+        "rollout.max_turns=1", "rollout.env_groups=12", "rollout.group_size=4",
+        "trainer.warm_start.random_action_prob=0", "trainer.warm_start.episodes=2048",
+        "trainer.warm_start.epochs=2", "trainer.warm_start.batch_size=16",
+        "trainer.warm_start.lr=3e-3", "trainer.eval_episodes=16", "trainer.eval_every=0",
+        "trainer.loggers=[jsonl]"]
+
+
+def test_monitor_separates_describing_from_template_reasoning(ray_session, tmp_path):
+    model = resolve_model_path(load_config(BASE + ["env.kwargs.reasoning=describe"]))
+    step1 = {}
+    for mode in ("describe", "template"):
+        run = tmp_path / mode
+        train(load_config(BASE + [f"env.kwargs.reasoning={mode}", "model=hf", f"model.path={model}"]), run)
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        step1[mode] = next(r for r in rows if r["step"] == 1)
+    d, t = step1["describe"], step1["template"]
+    # both policies do the task and are nearly deterministic ...
+    assert d["rollout/success"] > 0.7 and t["rollout/success"] > 0.7
+    assert d["collapse/token_entropy"] < 0.2 and t["collapse/token_entropy"] < 0.2
+    # ... but only one reasoning carries the input (bound: log 12 = 2.48 nats)
+    assert d["collapse/mi"] > 1.0 and d["collapse/mi"] > d["collapse/mi_null"] + 0.5
+    assert abs(t["collapse/mi"]) < 0.05
+    assert d["collapse/retrieval_acc@1"] > 0.9
+    assert t["collapse/retrieval_acc@1"] < 0.4  # chance is 1 / (distinct prompts)
