@@ -76,7 +76,8 @@ class EngineTurnPolicy:
         out: list[Generation | None] = [None] * len(episodes)
         for scale in sorted({e.traj.temperature_scale for e in episodes}):
             idx = [i for i, e in enumerate(episodes) if e.traj.temperature_scale == scale]
-            params = replace(self.params, seed=self.params.seed * 1009 + turn + int(scale * 1e6),
+            shift = 0 if scale == 1.0 else int(scale * 1e6)  # scale 1: the plain seed stream
+            params = replace(self.params, seed=self.params.seed * 1009 + turn + shift,
                              temperature=self.params.temperature * scale)
             for i, g in zip(idx, self.engine.generate([episodes[i].traj.input_ids for i in idx], params)):
                 out[i] = g
