@@ -429,6 +429,11 @@ class Config:
                 _check(n > 0, f"env.mix.{name}.share", mix[name].share,
                        f"gives 0 of rollout.env_groups={self.rollout.env_groups} groups: raise "
                        "the share or rollout.env_groups")
+        if self.filter.tiered.enabled:
+            _check(self.filter.tiered.pool_size >= self.rollout.env_groups,
+                   "filter.tiered.pool_size", self.filter.tiered.pool_size,
+                   f"at least rollout.env_groups={self.rollout.env_groups} (each step draws "
+                   "distinct prompts from the pool)")
         n_eps = self.rollout.env_groups * self.rollout.group_size
         _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
                self.algorithm.ppo_mini_batches,

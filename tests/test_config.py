@@ -77,3 +77,13 @@ def test_cli_errors_are_short_and_named(args, needle, tmp_path):
     assert needle in err
     assert len(err.splitlines()) <= 8, err
     assert "Traceback" not in err
+
+
+def test_tiered_pool_must_hold_a_step_of_prompts():
+    from ragen2.config import ConfigError
+    from ragen2.train import load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(["filter=tiered", "filter.tiered.pool_size=4", "rollout.env_groups=8"])
+    assert e.value.key == "filter.tiered.pool_size" and "rollout.env_groups=8" in str(e.value)
+    assert load_config(["filter=tiered", "filter.tiered.pool_size=8"]).filter.tiered.pool_size == 8
