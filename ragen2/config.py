@@ -49,23 +49,27 @@ class EnvEntryConfig:
     id: str = ""
     kwargs: dict[str, Any] = field(default_factory=dict)
     share: float = 1.0
+    format_penalty: Optional[float] = None  # this env's own rollout.format_penalty
 
     @classmethod
     def parse(cls, key: str, raw: Any) -> "EnvEntryConfig":
         """Check one free-form entry (a mapping with keys id, kwargs, share) and type it."""
-        allowed = "a mapping with keys id (required), kwargs, share"
+        allowed = "a mapping with keys id (required), kwargs, share, format_penalty"
         _check(isinstance(raw, Mapping), key, raw, allowed)
-        unknown = sorted(set(raw) - {"id", "kwargs", "share"})
+        unknown = sorted(set(raw) - {"id", "kwargs", "share", "format_penalty"})
         if unknown:
             raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]], f"unknown key; {allowed}")
         entry = cls(id=raw.get("id") or "", kwargs=dict(raw.get("kwargs") or {}),
-                    share=raw.get("share", 1.0))
+                    share=raw.get("share", 1.0), format_penalty=raw.get("format_penalty"))
         _check(isinstance(entry.id, str) and bool(entry.id.strip()), f"{key}.id", entry.id,
                "a Gymnasium env id")
         _check(isinstance(raw.get("kwargs", {}), Mapping), f"{key}.kwargs", raw.get("kwargs"),
                "a mapping of constructor kwargs")
         _check(isinstance(entry.share, (int, float)) and not isinstance(entry.share, bool)
                and entry.share > 0, f"{key}.share", entry.share, "a number > 0 (shares are normalised)")
+        fp = entry.format_penalty
+        _check(fp is None or (isinstance(fp, (int, float)) and not isinstance(fp, bool) and fp <= 0),
+               f"{key}.format_penalty", fp, "a number <= 0 (or absent: rollout.format_penalty)")
         return entry
 
 

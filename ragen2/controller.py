@@ -217,7 +217,7 @@ class Controller:
         """Everything the warm-started weights depend on (the run seed is not part of it)."""
         c = self.cfg
         envs = ([c.env.id, c.env.kwargs] if not c.env.mix else
-                [[e.name, e.id, e.kwargs, e.share] for e in self.train_envs])
+                [[e.name, e.id, e.kwargs, e.share, e.format_penalty] for e in self.train_envs])
         payload = {"v": 1, "model": self.model_path, "env": envs,
                    "warm_start": {k: v for k, v in asdict(c.trainer.warm_start).items() if k != "cache"},
                    "rollout": [c.rollout.max_turns, c.rollout.format_penalty, c.rollout.max_context_tokens],

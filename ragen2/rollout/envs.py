@@ -26,6 +26,7 @@ class EnvEntry:
     id: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     share: float = 1.0
+    format_penalty: float | None = None  # None: rollout.format_penalty
 
 
 def env_name(env_id: str) -> str:
@@ -37,14 +38,16 @@ def env_name(env_id: str) -> str:
 def train_entries(env_cfg: Any) -> list[EnvEntry]:
     """The training envs of an ``EnvConfig`` (one entry unless ``mix`` is set)."""
     if env_cfg.mix:
-        return [EnvEntry(n, e.id, e.kwargs, float(e.share)) for n, e in env_cfg.entries("mix").items()]
+        return [EnvEntry(n, e.id, e.kwargs, float(e.share), e.format_penalty)
+                for n, e in env_cfg.entries("mix").items()]
     return [EnvEntry(env_name(env_cfg.id), env_cfg.id, dict(env_cfg.kwargs))]
 
 
 def eval_entries(env_cfg: Any) -> list[EnvEntry]:
     """The held-out evaluation envs (``env.eval``; the training envs when it is empty)."""
     if env_cfg.eval:
-        return [EnvEntry(n, e.id, e.kwargs, float(e.share)) for n, e in env_cfg.entries("eval").items()]
+        return [EnvEntry(n, e.id, e.kwargs, float(e.share), e.format_penalty)
+                for n, e in env_cfg.entries("eval").items()]
     return train_entries(env_cfg)
 
 
@@ -57,6 +60,12 @@ def all_entries(env_cfg: Any) -> list[EnvEntry]:
                                f"({out[e.name].id} and {e.id}): give them distinct names")
         out.setdefault(e.name, e)
     return list(out.values())
+
+
+def format_penalties(entries: Sequence[EnvEntry], default: float) -> dict[str, float]:
+    """The format penalty of each env name (its entry's own, else ``default``)."""
+    return {e.name: default if e.format_penalty is None else float(e.format_penalty)
+            for e in entries}
 
 
 def allocate(total: int, shares: Sequence[float]) -> list[int]:

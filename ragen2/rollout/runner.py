@@ -14,7 +14,7 @@ import random
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 
@@ -123,7 +123,7 @@ def run_episodes(
     policy: TurnPolicy,
     *,
     max_turns: int,
-    format_penalty: float,
+    format_penalty: float | Mapping[str, float],
     max_context_tokens: int,
     max_new_tokens: int,
     envs: dict[str, list[gym.Env]] | None = None,
@@ -132,7 +132,7 @@ def run_episodes(
 ) -> list[Trajectory]:
     """Run one episode per spec to the end and return their trajectories (in spec order).
 
-    ``make_env(name)`` builds the env a spec names; ``envs`` optionally holds a pool of instances
+    ``format_penalty`` is one value or one per env name. ``make_env(name)`` builds the env a spec names; ``envs`` optionally holds a pool of instances
     per name to reuse (grown as needed). With an ``executor``, the env calls of one turn run
     concurrently (each episode owns its env), so one slow ``step`` does not serialise the batch.
     An env that raises (or breaks the text contract) ends that episode with ``env_error`` set; the
@@ -141,6 +141,12 @@ def run_episodes(
     """
     pools = envs if envs is not None else {}
     timing = {"env_s": 0.0, "generate_s": 0.0}
+
+    def penalty(ep: EpisodeState) -> float:  # one value, or one per env name
+        if isinstance(format_penalty, Mapping):
+            return float(format_penalty[ep.traj.env_name])
+        return float(format_penalty)
+
     eos_text = renderer.tokenizer.decode([renderer.eos_token_id]) if renderer.eos_token_id is not None else None
     taken: dict[str, int] = {}
     episodes = []
@@ -176,10 +182,10 @@ def run_episodes(
         t0 = time.perf_counter()
         gens = policy.act(active, turn)
         timing["generate_s"] += time.perf_counter() - t0
-        answers = [_record_turn(ep, gen, renderer, eos_text, format_penalty)
+        answers = [_record_turn(ep, gen, renderer, eos_text, penalty(ep))
                    for ep, gen in zip(active, gens)]
         t0 = time.perf_counter()
-        _each(executor, lambda pair: _env_step(*pair, format_penalty),
+        _each(executor, lambda pair: _env_step(*pair, penalty(pair[0])),
               [(ep, a) for ep, a in zip(active, answers) if a is not None])
         timing["env_s"] += time.perf_counter() - t0
         for ep, gen in zip(active, gens):

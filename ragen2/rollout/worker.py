@@ -35,7 +35,7 @@ class RolloutWorker:
             torch.set_num_threads(threads)
         from ragen2.engines import ENGINES
         from ragen2.rollout.chat import ChatRenderer
-        from ragen2.rollout.envs import all_entries, make_env
+        from ragen2.rollout.envs import all_entries, format_penalties, make_env
 
         self.cfg, self.worker_id = cfg, worker_id
         self.engine = ENGINES.get(cfg.engine.name)(
@@ -43,6 +43,7 @@ class RolloutWorker:
             trust_remote_code=cfg.model.trust_remote_code)
         self.renderer = ChatRenderer(self.engine.tokenizer)
         entries = {e.name: e for e in all_entries(cfg.env)}
+        self.penalties = format_penalties(list(entries.values()), cfg.rollout.format_penalty)
         self.make_env = lambda name: make_env(entries[name].id, entries[name].kwargs)
         self.envs: dict[str, list] = {}
         threads = cfg.rollout.env_threads
@@ -58,7 +59,7 @@ class RolloutWorker:
     def _run(self, specs: Sequence[EpisodeSpec], policy) -> RolloutResult:
         r, stats = self.cfg.rollout, {}
         trajs = run_episodes(specs, self.make_env, self.renderer, policy, max_turns=r.max_turns,
-                             format_penalty=r.format_penalty,
+                             format_penalty=self.penalties,
                              max_context_tokens=r.max_context_tokens,
                              max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs,
                              executor=self.executor, stats=stats)

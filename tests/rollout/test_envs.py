@@ -48,8 +48,12 @@ def test_single_env_and_mixture_entries():
     assert eval_entries(cfg.env) == train_entries(cfg.env)
     mixed = load_config(["env=mixed", "env.eval.fl6.id=ragen2/FrozenLake-v0",
                          "env.eval.fl6.kwargs.size=6"])
-    assert [(e.name, e.share) for e in train_entries(mixed.env)] == [
-        ("sokoban", 0.5), ("frozenlake", 0.25), ("math", 0.25)]
+    assert [(e.name, e.share, e.format_penalty) for e in train_entries(mixed.env)] == [
+        ("sokoban", 0.5, -1.0), ("frozenlake", 0.25, None), ("math", 0.25, None)]
+    from ragen2.rollout.envs import format_penalties
+
+    assert format_penalties(train_entries(mixed.env), -0.1) == {"sokoban": -1.0, "frozenlake": -0.1,
+                                                                "math": -0.1}
     assert eval_entries(mixed.env) == [EnvEntry("fl6", "ragen2/FrozenLake-v0", {"size": 6}, 1.0)]
     assert [e.name for e in all_entries(mixed.env)] == ["sokoban", "frozenlake", "math", "fl6"]
 
@@ -66,6 +70,7 @@ def test_one_name_two_envs_is_refused():
     (["env=mixed", "env.mix.math.share=-1"], "env.mix.math.share"),
     (["env=mixed", "env.mix.x.id=a", "env.mix.x.sharre=1"], "env.mix.x.sharre"),
     (["env=mixed", "env.mix.y.share=1"], "env.mix.y.id"),
+    (["env=mixed", "env.mix.math.format_penalty=0.5"], "env.mix.math.format_penalty"),
     (["env.mix.a.id=ragen2/Math-v0"], "env.id"),  # a mixture and a single id at once
 ])
 def test_bad_mixture_config_names_the_key(overrides, key):

@@ -208,3 +208,14 @@ def test_serial_steps_would_break_the_barrier(tiny_tokenizer):
     barrier.wait = lambda timeout=None, _w=barrier.wait: _w(timeout=0.2)
     trajs, _ = _run_text_envs(tiny_tokenizer, {"sync": barrier_env}, specs)
     assert all(t.env_error and t.env_error.startswith("BrokenBarrierError") for t in trajs)
+
+
+def test_format_penalty_per_env_name(tiny_tokenizer):
+    """A mixture charges each env its own format penalty (Sokoban's must exceed a move's cost)."""
+    engine = ScriptedEngine(tiny_tokenizer, ["no tags at all"] * 2)
+    specs = [EpisodeSpec(1, 0, "a"), EpisodeSpec(1, 1, "b")]
+    trajs = run_episodes(specs, lambda name: _TextEnv(), ChatRenderer(tiny_tokenizer),
+                         EngineTurnPolicy(engine, SamplingParams()), max_turns=2,
+                         format_penalty={"a": -0.1, "b": -1.0}, max_context_tokens=4096,
+                         max_new_tokens=64)
+    assert trajs[0].turn_rewards == [-0.1, -0.1] and trajs[1].turn_rewards == [-1.0, -1.0]
