@@ -1,6 +1,4 @@
-"""Group filtering between rollout and update, chosen by ``filter.name`` from GROUP_FILTERS.
-
-A filter takes the per-group reward arrays and returns the group ids to keep.
+"""Group filtering between rollout and update (``filter.strategy``; see ``pipeline``).
 
 The building blocks live in small modules, re-exported here:
 * ``scores``: per-group scores (``GROUP_SCORES``: reward_std, reward_mean, entropy,
@@ -11,8 +9,6 @@ The building blocks live in small modules, re-exported here:
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Mapping, Sequence
 
 from ragen2.filtering.scores import (
     GROUP_SCORES,
@@ -31,31 +27,17 @@ from ragen2.filtering.select import (
     select_groups,
 )
 from ragen2.filtering.snr import GRADES, TieredSNR, prompt_rng, template_score
-from ragen2.registry import Registry
-
-GroupFilter = Callable[[Mapping[int, Sequence[float]]], list[int]]
-GROUP_FILTERS: Registry = Registry("group filter")
-
-
-@GROUP_FILTERS.register("none")
-def keep_all(group_rewards: Mapping[int, Sequence[float]], **_: object) -> list[int]:
-    """Keep every group."""
-    return sorted(group_rewards)
-
 
 __all__ = [
     "GRADES",
-    "GROUP_FILTERS",
     "GROUP_SCORES",
     "GROUP_SELECTORS",
     "LOSS_SCALES",
     "GroupBatch",
-    "GroupFilter",
     "TieredSNR",
     "entropy",
     "filter_metrics",
     "group_scores",
-    "keep_all",
     "loss_scale",
     "prompt_rng",
     "response_length",

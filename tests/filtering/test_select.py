@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from ragen2.filtering import (
-    GROUP_FILTERS,
     GroupBatch,
     filter_metrics,
     group_scores,
@@ -315,8 +314,3 @@ def test_filter_metrics():
     assert filter_metrics(torch.zeros(0), torch.zeros(0), torch.zeros(0))["filter/kept_ratio"] == 0.0
     with pytest.raises(ValueError, match="reward_std has 2 groups but scores has 3"):
         filter_metrics(torch.zeros(2), std, torch.tensor([0]))
-
-
-def test_none_group_filter_still_works():
-    assert GROUP_FILTERS.get("none")({3: [1.0], 1: [0.0, 1.0]}) == [1, 3]
-    assert "none" in GROUP_FILTERS.names()
