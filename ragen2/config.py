@@ -156,21 +156,38 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    """The generation engine (registry ``ragen2.engines.ENGINES``) and its sampling settings."""
+    """The generation engine (registry ``ragen2.engines.ENGINES``) and its sampling settings.
+
+    The vLLM-only keys are ignored by the HF engine; ``sleep_mode`` (free the KV cache and weights
+    while the learner updates) needs CUDA and ``cluster.layout=colocated``.
+    """
 
     name: str = "hf"
     temperature: float = 1.0
+    eval_temperature: Optional[float] = None  # held-out evaluation; null = temperature
     top_p: float = 1.0
     max_new_tokens: int = 40
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    # vLLM
+    max_model_len: int = 2048
+    gpu_memory_utilization: float = 0.5
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = True  # CUDA graphs off (always off on CPU); presets on GPU turn them on
+    prefix_caching: bool = True
+    sleep_mode: bool = False
+    cpu_kvcache_gb: int = 1  # vLLM-CPU KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
 
     def validate(self, p: str) -> None:
         from ragen2.engines import ENGINES
 
         _choice(self, p, "name", ENGINES.names())
         _check(self.temperature >= 0, f"{p}.temperature", self.temperature, "must be >= 0")
+        _check(self.eval_temperature is None or self.eval_temperature >= 0, f"{p}.eval_temperature",
+               self.eval_temperature, "null (= engine.temperature) or >= 0")
         _check(0 < self.top_p <= 1, f"{p}.top_p", self.top_p, "must be in (0, 1]")
-        _positive(self, p, "max_new_tokens")
+        _positive(self, p, "max_new_tokens", "max_model_len", "tensor_parallel_size", "cpu_kvcache_gb")
+        _check(0 < self.gpu_memory_utilization <= 1, f"{p}.gpu_memory_utilization",
+               self.gpu_memory_utilization, "must be in (0, 1]")
 
 
 @dataclass
@@ -388,8 +405,72 @@ class TrainerConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters (peft) on the policy; the engine always receives merged full weights."""
+
+    rank: int = 0  # 0 = off (full fine-tuning)
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+    def validate(self, p: str) -> None:
+        _check(self.rank >= 0, f"{p}.rank", self.rank, "must be >= 0 (0 = off)")
+        if self.rank:
+            _positive(self, p, "alpha")
+            _check(0 <= self.dropout < 1, f"{p}.dropout", self.dropout, "must be in [0, 1)")
+            _check(bool(self.target_modules), f"{p}.target_modules", self.target_modules,
+                   "at least one module name (e.g. q_proj)")
+
+
+@dataclass
+class LearnerConfig:
+    """FSDP2 learner memory/speed settings; none of them changes the maths of an update."""
+
+    activation_checkpointing: bool = False
+    cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy (CUDA only)
+    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (CUDA + flash-attn)
+    micro_batch_tokens: int = 0  # >0: micro-batches balanced by token count within this budget
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+    def validate(self, p: str) -> None:
+        _choice(self, p, "attn_implementation", ("sdpa", "eager", "flash_attention_2"))
+        _check(self.micro_batch_tokens >= 0, f"{p}.micro_batch_tokens", self.micro_batch_tokens,
+               "must be >= 0 (0 = algorithm.micro_batch_size rows per micro-batch)")
+        self.lora.validate(f"{p}.lora")
+
+
+@dataclass
+class SyncConfig:
+    """Weight sync learner -> engines (registry ``ragen2.sync.WEIGHT_SYNCS``) and its probe.
+
+    ``strategy: auto`` picks object_store on CPU, cuda_ipc for colocated GPUs and nccl for split
+    GPUs. After every sync a fixed token sequence longer than a KV block is scored by the learner
+    and the engine; a mean |logprob gap| above ``probe_tolerance`` stops the run.
+    """
+
+    strategy: str = "auto"  # auto | object_store | cuda_ipc | nccl
+    bucket_mb: float = 256.0  # weights move in buckets of at most this size
+    probe: bool = True
+    probe_tokens: int = 320  # longer than a KV block (vLLM: 128 on CPU, 16 on GPU)
+    probe_tolerance: float = 1e-3  # mean |learner - engine| logprob per token (fp32); bf16 ~3e-2
+
+    def validate(self, p: str) -> None:
+        from ragen2.sync import WEIGHT_SYNCS
+
+        _choice(self, p, "strategy", ["auto", *WEIGHT_SYNCS.names()])
+        _positive(self, p, "bucket_mb", "probe_tokens", "probe_tolerance")
+        _check(self.probe_tokens >= 2, f"{p}.probe_tokens", self.probe_tokens, "must be >= 2")
+
+
+@dataclass
 class ClusterConfig:
-    """Where the actors run: Ray address (null = start a local Ray), learner world size, devices."""
+    """Where the actors run: Ray address (null = start a local Ray), learner world size, devices.
+
+    On GPUs ``layout`` places the rollout engines: ``colocated`` shares the learner's GPUs
+    (``rollout.num_workers x engine.tensor_parallel_size == learner_world_size``), ``split`` gives
+    them GPUs of their own. The plan is checked against the Ray cluster before anything starts.
+    """
 
     address: Optional[str] = None
     num_cpus: Optional[int] = None
@@ -397,11 +478,15 @@ class ClusterConfig:
     device: str = "cpu"
     backend: str = "gloo"
     torch_threads: int = 0  # 0 = cores / actors
+    layout: str = "colocated"  # colocated | split (GPU only)
+    placement_strategy: str = "PACK"  # Ray placement-group strategy: PACK | SPREAD | STRICT_PACK
 
     def validate(self, p: str) -> None:
         _positive(self, p, "learner_world_size")
         _choice(self, p, "device", ("cpu", "cuda"))
         _choice(self, p, "backend", ("gloo", "nccl"))
+        _choice(self, p, "layout", ("colocated", "split"))
+        _choice(self, p, "placement_strategy", ("PACK", "SPREAD", "STRICT_PACK"))
         _check(self.torch_threads >= 0, f"{p}.torch_threads", self.torch_threads, "must be >= 0")
 
 
@@ -417,6 +502,8 @@ class Config:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
     def validate(self) -> None:
         _check(self.seed >= 0, "seed", self.seed, "must be >= 0")
@@ -447,6 +534,22 @@ class Config:
                    "gloo on cluster.device=cpu")
             _check(self.model.dtype == "float32", "model.dtype", self.model.dtype,
                    "float32 on cluster.device=cpu (bf16 is ~10x slower on this CPU)")
+            for key, on, what in (
+                    ("engine.sleep_mode", self.engine.sleep_mode, "vLLM sleep mode"),
+                    ("learner.cpu_offload", self.learner.cpu_offload, "FSDP2 CPU offload"),
+                    ("learner.attn_implementation",
+                     self.learner.attn_implementation == "flash_attention_2", "flash-attention-2")):
+                _check(not on, key, getattr(self.engine if key.startswith("engine") else self.learner,
+                                            key.split(".")[1]),
+                       f"{what} needs cluster.device=cuda")
+            _check(self.sync.strategy in ("auto", "object_store"), "sync.strategy",
+                   self.sync.strategy, "auto or object_store on cluster.device=cpu "
+                   "(cuda_ipc and nccl move CUDA tensors)")
+        if self.engine.sleep_mode:
+            _check(self.engine.name == "vllm", "engine.sleep_mode", True,
+                   "only the vllm engine sleeps (engine=vllm)")
+            _check(self.cluster.layout == "colocated", "engine.sleep_mode", True,
+                   "only with cluster.layout=colocated (split rollout GPUs have nothing to free)")
 
 
 def register_schema() -> None:

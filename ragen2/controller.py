@@ -115,7 +115,7 @@ class Controller:
 
         from ragen2.learner.group import LearnerGroup
         from ragen2.rollout.worker import RolloutWorker
-        from ragen2.sync import WEIGHT_SYNCS
+        from ragen2.sync import make_sync, probe_ids
 
         self.cfg, self.run_dir, self.model_path = cfg, Path(run_dir), model_path
         cores = int(ray.available_resources().get("CPU", os.cpu_count() or 1)) or 1
@@ -127,7 +127,7 @@ class Controller:
         self.workers = [worker_cls.remote(cfg, model_path, i, worker_threads)
                         for i in range(cfg.rollout.num_workers)]
         self.learners = LearnerGroup(cfg, model_path, learner_threads)
-        self.sync = WEIGHT_SYNCS.get("object_store")(self.workers)
+        self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
         self.filter = FilterPipeline(cfg.filter, cfg.seed)
         self.monitor = None
@@ -139,6 +139,7 @@ class Controller:
         from ragen2.models.loading import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code)
+        self.probe = probe_ids(len(self.tokenizer), cfg.sync.probe_tokens) if cfg.sync.probe else None
         eos = self.tokenizer.eos_token_id
         self.eos_text = self.tokenizer.decode([eos]) if eos is not None else None
         self.group_keys: dict[int, int] | None = None
@@ -196,7 +197,7 @@ class Controller:
                                    seeding.eval_seed)
         n = len(self.workers)
         trajs, _ = self._gather("rollout", specs, [seeding.eval_sampling_seed(i) for i in range(n)],
-                                [self.version] * n)
+                                [self.version] * n, [True] * n)
         check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"evaluation at step {step}")
         out = rollout_metrics(trajs, "eval", per_env=len(self.eval_envs) > 1)
         out["timing/eval_s"] = time.perf_counter() - t0
@@ -207,10 +208,26 @@ class Controller:
                 f.write(json.dumps(t.as_text_record()) + "\n")
         return out
 
-    def push_weights(self) -> float:
+    def push_weights(self) -> dict[str, float]:
+        """Sync the learner's weights into every engine, then probe that they arrived intact."""
+        from ragen2.sync import run_probe
+
         t0 = time.perf_counter()
-        self.sync.push(self.learners.policy_weights(), self.version)
-        return time.perf_counter() - t0
+        if self.cfg.engine.sleep_mode:
+            self._call_workers("wake_up")
+        m = self.sync.push(self.version)
+        m["timing/sync_s"] = time.perf_counter() - t0
+        if self.probe is not None:
+            t1 = time.perf_counter()
+            m.update(run_probe(self.learners, self.workers, self.probe,
+                               self.cfg.sync.probe_tolerance, self.version))
+            m["timing/probe_s"] = time.perf_counter() - t1
+        return m
+
+    def _call_workers(self, method: str) -> None:
+        import ray
+
+        ray.get([getattr(w, method).remote() for w in self.workers])
 
     # ------------------------------------------------------------- warm start
     def warm_start_key(self) -> str:
@@ -318,14 +335,15 @@ class Controller:
         batch["sample_weights"] = self.filter.sample_weights(kept, self.group_keys)
         batch["loss_scale"] = np.array(self.filter.loss_scale(len(keep) / max(n_groups, 1)))
         t1 = time.perf_counter()
+        if c.engine.sleep_mode:  # colocated GPUs: the engines give their memory to the update
+            self._call_workers("sleep")
         metrics.update(self.learners.update(ray.put(batch), step))
         t_upd = time.perf_counter() - t1
         self.version += 1
-        t_sync = self.push_weights()
+        metrics.update(self.push_weights())
         metrics.update({"timing/rollout_s": t_roll, "timing/env_s": stats.get("env_s", 0.0),
                         "timing/generate_s": stats.get("generate_s", 0.0),
-                        "timing/update_s": t_upd, "timing/sync_s": t_sync,
-                        "timing/step_s": time.perf_counter() - t0})
+                        "timing/update_s": t_upd, "timing/step_s": time.perf_counter() - t0})
         return metrics, True
 
     def grad_snr(self, trajs: list[Trajectory]) -> dict[str, float]:
@@ -416,7 +434,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             row: dict[str, float] = {}
             if tr.warm_start.enabled:
                 row.update(ctl.warm_start())
-            ctl.push_weights()
+            row.update(ctl.push_weights())
             row.update(ctl.evaluate(0))
             state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
             print(f"[ragen2] held-out success before RL: {row['eval/success']:.3f} "

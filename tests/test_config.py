@@ -87,3 +87,32 @@ def test_tiered_pool_must_hold_a_step_of_prompts():
         load_config(["filter=tiered", "filter.tiered.pool_size=4", "rollout.env_groups=8"])
     assert e.value.key == "filter.tiered.pool_size" and "rollout.env_groups=8" in str(e.value)
     assert load_config(["filter=tiered", "filter.tiered.pool_size=8"]).filter.tiered.pool_size == 8
+
+
+@pytest.mark.parametrize("overrides,key,needle", [
+    (["engine.sleep_mode=true"], "engine.sleep_mode", "cluster.device=cuda"),
+    (["learner.cpu_offload=true"], "learner.cpu_offload", "cluster.device=cuda"),
+    (["learner.attn_implementation=flash_attention_2"], "learner.attn_implementation",
+     "cluster.device=cuda"),
+    (["sync.strategy=nccl"], "sync.strategy", "cuda_ipc and nccl move CUDA tensors"),
+    (["cluster.device=cuda", "cluster.backend=nccl", "engine.sleep_mode=true"], "engine.sleep_mode",
+     "engine=vllm"),
+    (["cluster.device=cuda", "cluster.backend=nccl", "engine=vllm", "engine.sleep_mode=true",
+      "cluster.layout=split"], "engine.sleep_mode", "colocated"),
+    (["sync.strategy=carrier_pigeon"], "sync.strategy", "object_store"),
+    (["sync.probe_tolerance=0"], "sync.probe_tolerance", "> 0"),
+    (["engine.eval_temperature=-1"], "engine.eval_temperature", ">= 0"),
+    (["learner.lora.rank=-2"], "learner.lora.rank", ">= 0"),
+    (["learner.micro_batch_tokens=-1"], "learner.micro_batch_tokens", ">= 0"),
+])
+def test_gpu_only_and_sync_options_are_refused_with_the_rule(overrides, key, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides)
+    assert e.value.key == key and needle in str(e.value)
+
+
+def test_gpu_layouts_compose_without_a_gpu():
+    """Composing and validating a GPU config needs no GPU (hardware is checked at launch)."""
+    c = load_config(["cluster.device=cuda", "cluster.backend=nccl", "engine=vllm",
+                     "engine.sleep_mode=true", "model.dtype=bfloat16", "sync.strategy=cuda_ipc"])
+    assert c.engine.sleep_mode and c.sync.strategy == "cuda_ipc"

@@ -1,6 +1,6 @@
 """Generation engines behind one interface; chosen by ``engine.name`` from :data:`ENGINES`."""
 
-from ragen2.engines.base import Generation, GenerationEngine, SamplingParams
+from ragen2.engines.base import Generation, GenerationEngine, SamplingParams, Weights, named_tensors
 from ragen2.registry import Registry
 
 ENGINES: Registry = Registry("engine")
@@ -12,6 +12,13 @@ def _hf(*args, **kwargs):
     return HFEngine(*args, **kwargs)
 
 
-ENGINES.add("hf", _hf)
+def _vllm(*args, **kwargs):
+    from ragen2.engines.vllm import VLLMEngine
 
-__all__ = ["ENGINES", "Generation", "GenerationEngine", "SamplingParams"]
+    return VLLMEngine(*args, **kwargs)
+
+
+ENGINES.add("hf", _hf)
+ENGINES.add("vllm", _vllm)
+
+__all__ = ["ENGINES", "Generation", "GenerationEngine", "SamplingParams", "Weights", "named_tensors"]

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
-
-import numpy as np
+import warnings
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one response per prompt. ``temperature == 0`` means greedy."""
+    """How to sample ``n`` responses per prompt. ``temperature == 0`` means greedy."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 48
     stop: tuple[str, ...] = ("</answer>",)
     seed: int = 0
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n={self.n} is invalid; allowed: n >= 1")
 
 
 @dataclass
@@ -36,15 +40,30 @@ class Generation:
     text: str = field(default="", repr=False)
 
 
+#: full, unsharded policy weights with HF parameter names: a mapping or a (lazy) pair stream
+Weights = Mapping[str, Any] | Iterable[tuple[str, Any]]
+
+
 class GenerationEngine(Protocol):
     """Batched sampling over token-id prompts plus in-place weight updates."""
 
     policy_version: int
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one response for each prompt (a list of token ids)."""
+        """Sample ``params.n`` responses for each prompt (a list of token ids), prompt-major."""
         ...
 
-    def load_weights(self, state_dict: Mapping[str, np.ndarray], version: int) -> None:
-        """Replace the policy weights (full, unsharded, HF parameter names) and set the version."""
+    def load_weights(self, weights: Weights, version: int) -> None:
+        """Replace every policy weight and set the version (after all of them are in)."""
         ...
+
+
+def named_tensors(weights: Weights) -> Iterator[tuple[str, Any]]:
+    """``(name, torch.Tensor)`` pairs from a mapping or pair stream of numpy arrays or tensors."""
+    import torch
+
+    items = weights.items() if isinstance(weights, Mapping) else weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only numpy from the object store
+        for name, value in items:
+            yield name, torch.as_tensor(value)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-from typing import Mapping, Sequence
+from typing import Any, Sequence
 
-import numpy as np
 import torch
 
-from ragen2.engines.base import Generation, SamplingParams
+from ragen2.engines.base import Generation, SamplingParams, Weights, named_tensors
 
 
 class HFEngine:
@@ -20,7 +18,8 @@ class HFEngine:
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu",
-                 trust_remote_code: bool = False, max_batch_size: int = 256) -> None:
+                 trust_remote_code: bool = False, max_batch_size: int = 256,
+                 options: Any = None, seed: int = 0) -> None:
         from ragen2.models.loading import load_causal_lm, load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
@@ -37,12 +36,21 @@ class HFEngine:
         return names - {n for n, _ in self.model.named_parameters(remove_duplicate=True)} - {
             n for n, _ in self.model.named_buffers()}
 
-    def load_weights(self, state_dict: Mapping[str, np.ndarray], version: int) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # read-only numpy from the object store
-            tensors = {k: torch.as_tensor(v) for k, v in state_dict.items()}
-        missing, unexpected = self.model.load_state_dict(tensors, strict=False)
-        missing = [k for k in missing if k not in self._tied]
+    @torch.no_grad()
+    def load_weights(self, weights: Weights, version: int) -> None:
+        """Copy every weight in place (a lazy pair stream is consumed one tensor at a time)."""
+        params = self.model.state_dict()
+        seen, unexpected = set(), []
+        for name, value in named_tensors(weights):
+            if name not in params:
+                unexpected.append(name)
+                continue
+            if tuple(value.shape) != tuple(params[name].shape):
+                raise ValueError(f"weight sync: {name} has shape {tuple(value.shape)}, the engine's "
+                                 f"model expects {tuple(params[name].shape)}")
+            params[name].copy_(value)
+            seen.add(name)
+        missing = [k for k in params if k not in seen and k not in self._tied]
         if missing or unexpected:
             raise KeyError(f"weight sync mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
         self.policy_version = version
@@ -50,6 +58,11 @@ class HFEngine:
     # --------------------------------------------------------------- generation
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        if params.n > 1:
+            from dataclasses import replace
+
+            flat = [p for p in prompts for _ in range(params.n)]
+            return self.generate(flat, replace(params, n=1))
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             chunk = prompts[start:start + self.max_batch_size]

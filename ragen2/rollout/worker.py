@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,9 +21,11 @@ class StalePolicyError(RuntimeError):
     """The worker's weights are not the policy version the controller asked for."""
 
 
-def sampling_params(cfg: Config, seed: int) -> SamplingParams:
+def sampling_params(cfg: Config, seed: int, evaluation: bool = False) -> SamplingParams:
+    """The engine's sampling settings; held-out evaluation uses ``engine.eval_temperature`` if set."""
     e = cfg.engine
-    return SamplingParams(temperature=e.temperature, top_p=e.top_p,
+    temperature = e.eval_temperature if evaluation and e.eval_temperature is not None else e.temperature
+    return SamplingParams(temperature=temperature, top_p=e.top_p,
                           max_new_tokens=e.max_new_tokens, stop=tuple(e.stop), seed=seed)
 
 
@@ -40,7 +42,8 @@ class RolloutWorker:
         self.cfg, self.worker_id = cfg, worker_id
         self.engine = ENGINES.get(cfg.engine.name)(
             model_path, dtype=cfg.model.dtype, device=cfg.cluster.device,
-            trust_remote_code=cfg.model.trust_remote_code)
+            trust_remote_code=cfg.model.trust_remote_code, options=cfg.engine,
+            seed=cfg.seed * 1000 + worker_id)
         self.renderer = ChatRenderer(self.engine.tokenizer)
         entries = {e.name: e for e in all_entries(cfg.env)}
         self.penalties = format_penalties(list(entries.values()), cfg.rollout.format_penalty)
@@ -52,6 +55,17 @@ class RolloutWorker:
     def load_weights(self, weights: Mapping[str, np.ndarray], version: int) -> int:
         self.engine.load_weights(weights, version)
         return version
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)``: the worker-side half of a weight-sync strategy or probe."""
+        return fn(self, *args)
+
+    def sleep(self) -> None:
+        """Colocated GPUs: free the engine's KV cache and weights while the learner updates."""
+        getattr(self.engine, "sleep", lambda: None)()
+
+    def wake_up(self) -> None:
+        getattr(self.engine, "wake_up", lambda: None)()
 
     def policy_version(self) -> int:
         return self.engine.policy_version
@@ -65,12 +79,14 @@ class RolloutWorker:
                              executor=self.executor, stats=stats)
         return trajs, stats
 
-    def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int) -> RolloutResult:
+    def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,
+                evaluation: bool = False) -> RolloutResult:
         """Sample episodes with the current policy, refusing to run a stale one."""
         if self.engine.policy_version != expected_version:
             raise StalePolicyError(f"worker {self.worker_id} holds policy version "
                                    f"{self.engine.policy_version}, step expects {expected_version}")
-        return self._run(specs, EngineTurnPolicy(self.engine, sampling_params(self.cfg, seed)))
+        params = sampling_params(self.cfg, seed, evaluation)
+        return self._run(specs, EngineTurnPolicy(self.engine, params))
 
     def demonstrate(self, specs: Sequence[EpisodeSpec], random_action_prob: float,
                     seed: int) -> RolloutResult:

@@ -1,33 +1,74 @@
-"""Weight sync learner -> rollout workers, behind one interface."""
+"""Weight sync learner -> rollout engines: the interface, the strategy registry and bucketing.
+
+A strategy moves the learner's full (unsharded, LoRA-merged) weights into every rollout engine
+and sets the engines' policy version. Weights travel in buckets of at most ``sync.bucket_mb`` so
+no side ever holds more than one bucket beyond its own model. Strategies run their learner-side
+and worker-side halves through ``LearnerRank.run`` / ``RolloutWorker.run``, so each one lives in a
+single module here: ``object_store`` (numpy through Ray, any engine, CPU or GPU), ``cuda_ipc``
+(colocated GPUs: CUDA IPC handles, no copy) and ``nccl`` (split GPUs: a broadcast group between
+learner rank 0 and the engines; the same code runs on gloo for CPU tests).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence
 
 from ragen2.registry import Registry
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ragen2.config import Config
+
 
 class WeightSync(Protocol):
-    """Pushes a full set of policy weights to every rollout worker and sets their version."""
+    """Pushes the learner's current weights to every rollout worker and sets their version."""
 
-    def push(self, weights: Any, version: int) -> None: ...
+    def push(self, version: int) -> dict[str, float]:
+        """Move the weights; returns ``sync/*`` metrics (buckets, megabytes)."""
+        ...
+
+
+class WeightSyncError(RuntimeError):
+    """A weight sync failed or the post-sync probe found the engine out of step with the learner."""
 
 
 WEIGHT_SYNCS: Registry = Registry("weight sync")
 
 
-@WEIGHT_SYNCS.register("object_store")
-class ObjectStoreSync:
-    """Weights travel as numpy arrays through Ray's object store (zero-copy reads on one node).
+def iter_buckets(pairs: Iterable[tuple[str, "torch.Tensor"]],
+                 bucket_bytes: int) -> Iterator[list[tuple[str, "torch.Tensor"]]]:
+    """Group ``(name, tensor)`` pairs, in order, into lists of at most ``bucket_bytes`` bytes.
 
-    ``weights`` is the ObjectRef of learner rank 0's ``policy_weights()`` result: each worker
-    fetches it itself, the driver never materialises it.
+    A tensor larger than the budget travels alone. Never yields an empty bucket.
     """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes={bucket_bytes} is invalid; allowed: > 0")
+    bucket: list[tuple[str, Any]] = []
+    size = 0
+    for name, t in pairs:
+        nbytes = t.numel() * t.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, t))
+        size += nbytes
+    if bucket:
+        yield bucket
 
-    def __init__(self, workers: Sequence[Any]) -> None:
-        self.workers = list(workers)
 
-    def push(self, weights: Any, version: int) -> None:
-        import ray
+def resolve_strategy(cfg: "Config") -> str:
+    """``sync.strategy`` with ``auto`` resolved: object_store on CPU, cuda_ipc when colocated on
+    GPUs, nccl when the engines have GPUs of their own."""
+    s = cfg.sync.strategy
+    if s != "auto":
+        return s
+    if cfg.cluster.device != "cuda":
+        return "object_store"
+    return "cuda_ipc" if cfg.cluster.layout == "colocated" else "nccl"
 
-        ray.get([w.load_weights.remote(weights, version) for w in self.workers])
+
+def make_sync(cfg: "Config", learners: Any, workers: Sequence[Any]) -> WeightSync:
+    """The configured strategy, bound to the learner group and the rollout worker actors."""
+    name = resolve_strategy(cfg)
+    return WEIGHT_SYNCS.get(name)(learners, workers, cfg)

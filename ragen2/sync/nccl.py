@@ -1,0 +1,139 @@
+"""Split GPUs: learner rank 0 broadcasts bucket buffers to every engine over a process group.
+
+The group holds learner rank 0 (rank 0) and every engine process (vLLM TP workers included),
+rendezvousing once at learner rank 0's address. Each bucket is flattened into one buffer and
+broadcast; receivers cut it back into named tensors from a layout agreed on the first push, and
+stream them into the engine (vLLM: one ``reload_weights`` over the stream, then a prefix-cache
+reset). ``backend="nccl"`` on GPUs; the same code runs on ``gloo`` so the CPU tests cover it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Iterator, Sequence
+
+from ragen2.sync.base import WEIGHT_SYNCS, iter_buckets
+
+Layout = list[list[tuple[str, tuple[int, ...], int]]]  # buckets of (name, shape, numel)
+_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend: str) -> None:
+    """Create the weight-broadcast process group (stored on ``holder``) without touching the
+    default group of the learner or of vLLM."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=_TIMEOUT)
+    prefix = dist.PrefixStore("ragen2_weight_sync", store)
+    if backend == "nccl":
+        holder._weight_group = dist.ProcessGroupNCCL(prefix, rank, world)
+    else:
+        holder._weight_group = dist.ProcessGroupGloo(prefix, rank, world, _TIMEOUT)
+    holder._weight_store = store  # the master store must outlive the rendezvous
+
+
+def _broadcast(group: Any, flat: Any) -> None:
+    import torch.distributed as dist
+
+    opts = dist.BroadcastOptions()
+    opts.rootRank = 0
+    group.broadcast([flat], opts).wait()
+
+
+def weight_layout(rank: Any, bucket_bytes: int, device: str, dtype: str) -> Layout | None:
+    """Learner side (every rank, collective): the bucket layout of the exported weights."""
+    layout = [[(n, tuple(t.shape), t.numel()) for n, t in b]
+              for b in iter_buckets(rank.named_weights(device, dtype), bucket_bytes)]
+    return layout if rank.rank == 0 else None
+
+
+def send_weights(rank: Any, bucket_bytes: int, device: str, dtype: str) -> int:
+    """Learner side (every rank gathers; rank 0 broadcasts each bucket)."""
+    import torch
+
+    n = 0
+    for bucket in iter_buckets(rank.named_weights(device, dtype), bucket_bytes):
+        if rank.rank == 0:
+            _broadcast(rank._weight_group, torch.cat([t.reshape(-1) for _, t in bucket]))
+        n += 1
+    return n
+
+
+def receive_stream(group: Any, layout: Layout, device: str, dtype: str) -> Iterator[tuple[str, Any]]:
+    """Receiver side: yield ``(name, tensor)`` as each broadcast bucket arrives."""
+    import torch
+
+    for bucket in layout:
+        flat = torch.empty(sum(n for _, _, n in bucket), dtype=getattr(torch, dtype), device=device)
+        _broadcast(group, flat)
+        off = 0
+        for name, shape, numel in bucket:
+            yield name, flat[off:off + numel].view(shape)
+            off += numel
+
+
+def _join_vllm_worker(vworker: Any, addr: str, port: int, world: int, first: int,
+                      backend: str) -> None:
+    join_group(vworker, addr, port, world, first + int(getattr(vworker, "rank", 0)), backend)
+
+
+def _receive_in_vllm_worker(vworker: Any, layout: Layout, dtype: str) -> None:
+    device = "cuda" if vworker.device.type == "cuda" else "cpu"  # type: ignore[union-attr]
+    vworker.reload_weights(weights_iterator=receive_stream(vworker._weight_group, layout, device, dtype))
+
+
+def join_worker(worker: Any, addr: str, port: int, world: int, first: int, backend: str) -> None:
+    """Worker side: the engine's process(es) join as ranks ``first, first + 1, ...``."""
+    llm = getattr(worker.engine, "llm", None)
+    if llm is not None:
+        llm.collective_rpc(_join_vllm_worker, args=(addr, port, world, first, backend))
+    else:
+        join_group(worker, addr, port, world, first, backend)
+
+
+def receive_weights(worker: Any, layout: Layout, version: int, device: str, dtype: str) -> int:
+    llm = getattr(worker.engine, "llm", None)
+    if llm is not None:
+        llm.collective_rpc(_receive_in_vllm_worker, args=(layout, dtype))
+        worker.engine.finish_update(version)
+    else:
+        worker.engine.load_weights(receive_stream(worker._weight_group, layout, device, dtype), version)
+    return version
+
+
+@WEIGHT_SYNCS.register("nccl")
+class CollectiveSync:
+    """Broadcast sync; ``backend`` nccl (GPU, the registered default) or gloo (CPU tests)."""
+
+    def __init__(self, learners: Any, workers: Sequence[Any], cfg: Any,
+                 backend: str | None = None) -> None:
+        self.learners, self.workers = learners, list(workers)
+        self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
+        self.backend = backend or ("nccl" if cfg.cluster.device == "cuda" else "gloo")
+        self.device = "cuda" if self.backend == "nccl" else "cpu"
+        self.dtype = cfg.model.dtype
+        self.procs_per_worker = cfg.engine.tensor_parallel_size if cfg.engine.name == "vllm" else 1
+        self.layout: Layout | None = None
+
+    def _setup(self) -> None:
+        import ray
+
+        addr, port = ray.get(self.learners.ranks[0].address.remote())
+        world = 1 + len(self.workers) * self.procs_per_worker
+        refs = [self.learners.ranks[0].run.remote(join_group, addr, port, world, 0, self.backend)]
+        refs += [w.run.remote(join_worker, addr, port, world, 1 + i * self.procs_per_worker,
+                              self.backend) for i, w in enumerate(self.workers)]
+        ray.get(refs)
+        self.layout = self.learners.run(weight_layout, self.bucket_bytes, self.device, self.dtype)[0]
+
+    def push(self, version: int) -> dict[str, float]:
+        import ray
+
+        if self.layout is None:
+            self._setup()
+        refs = [r.run.remote(send_weights, self.bucket_bytes, self.device, self.dtype)
+                for r in self.learners.ranks]
+        refs += [w.run.remote(receive_weights, self.layout, version, self.device, self.dtype)
+                 for w in self.workers]
+        n = ray.get(refs)[0]
+        return {"sync/buckets": float(n)}
