@@ -225,6 +225,9 @@ class AlgorithmConfig:
     clip_ratio_high: float = 0.28
     dual_clip_c: Optional[float] = 3.0
     loss_agg_mode: str = "token-mean"
+    # seq-mean-token-sum-norm (Dr.GRPO) divides each sequence's token sum by this constant;
+    # null = engine.max_new_tokens x rollout.max_turns (the longest response a trajectory holds)
+    loss_agg_norm_tokens: Optional[int] = None
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
@@ -257,6 +260,9 @@ class AlgorithmConfig:
         for n in ("kl_coef", "entropy_coef", "weight_decay", "value_coef"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0")
+        _check(self.loss_agg_norm_tokens is None or self.loss_agg_norm_tokens > 0,
+               f"{p}.loss_agg_norm_tokens", self.loss_agg_norm_tokens,
+               "null (= engine.max_new_tokens x rollout.max_turns) or > 0")
         _check(self.lr_warmup_steps >= 0, f"{p}.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
         _positive(self, p, "ppo_epochs", "ppo_mini_batches", "micro_batch_size", "lr",
                   "critic_lr", "grad_clip")

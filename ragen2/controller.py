@@ -122,11 +122,17 @@ class Controller:
         c = cfg.cluster
         learner_threads = c.torch_threads or max(1, cores // c.learner_world_size)
         worker_threads = c.torch_threads or max(1, cores // cfg.rollout.num_workers)
-        gpus = 1 if c.device == "cuda" else 0
-        worker_cls = ray.remote(RolloutWorker).options(num_cpus=0, num_gpus=gpus)
-        self.workers = [worker_cls.remote(cfg, model_path, i, worker_threads)
+        # Plan against the live cluster and reserve the GPUs (PlacementError if it cannot fit);
+        # on cluster.device=cpu nothing is reserved and every actor asks for 0 CPUs / 0 GPUs.
+        from ragen2.cluster import place
+
+        self.placement = place(cfg)
+        log.info(self.placement.plan.describe())
+        worker_cls = ray.remote(RolloutWorker)
+        self.workers = [worker_cls.options(**self.placement.worker_options(i)).remote(
+                            cfg, model_path, i, worker_threads)
                         for i in range(cfg.rollout.num_workers)]
-        self.learners = LearnerGroup(cfg, model_path, learner_threads)
+        self.learners = LearnerGroup(cfg, model_path, learner_threads, self.placement)
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
         self.filter = FilterPipeline(cfg.filter, cfg.seed)
@@ -403,6 +409,7 @@ class Controller:
         self.learners.shutdown()
         for w in self.workers:
             ray.kill(w)
+        self.placement.remove()
 
 
 def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:

@@ -65,10 +65,19 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
     from ragen2.controller import run
     from ragen2.rollout.envs import all_entries, probe_env
 
+    from ragen2.cluster import (check_hardware, check_hardware_on_cluster, cluster_nodes,
+                                plan_placement)
+
     for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
         probe_env(entry)
-    model_path = resolve_model_path(cfg)
+    if cfg.cluster.address is None:
+        check_hardware(cfg)  # a local Ray: every actor runs on this machine
     ensure_ray(cfg)
+    if cfg.cluster.device == "cuda":
+        plan_placement(cfg, cluster_nodes())  # refuse a layout the cluster cannot hold, now
+    if cfg.cluster.address is not None:
+        check_hardware_on_cluster(cfg)  # the driver may sit on a CPU-only head node
+    model_path = resolve_model_path(cfg)
     return run(cfg, Path(run_dir), model_path)
 
 
@@ -82,6 +91,8 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
 
     from ragen2.controller import EnvFailureError, TrainingStopped
     from ragen2.rollout.envs import EnvSpecError
+    from ragen2.cluster import HardwareError, PlacementError
+    from ragen2.sync import WeightSyncError
 
     try:
         typed = to_config(cfg)
@@ -90,9 +101,9 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     logging.getLogger("ragen2").setLevel(logging.INFO)
     try:
         train(typed, HydraConfig.get().runtime.output_dir)
-    except (EnvSpecError, FileNotFoundError) as e:
+    except (EnvSpecError, FileNotFoundError, HardwareError, PlacementError) as e:
         _fail(str(e))
-    except (EnvFailureError, TrainingStopped) as e:  # the run stopped itself, with a reason
+    except (EnvFailureError, TrainingStopped, WeightSyncError) as e:  # stopped itself, with a reason
         _fail(str(e), code=1)
 
 

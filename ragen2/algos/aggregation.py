@@ -11,20 +11,43 @@ micro-batches and ranks). Every mode is then a plain sum over tokens/rows divide
 so summing the per-micro-batch losses (and all-reducing gradients with SUM) gives exactly the
 full-batch value. With the local defaults, averaging micro-batch losses would instead weight
 short micro-batches too heavily.
+
+Dr.GRPO's constant normaliser (``norm_tokens``)
+-----------------------------------------------
+"seq-mean-token-sum-norm" divides each sequence's token sum by one constant ``norm_tokens`` (the
+longest response a trajectory can have, e.g. ``engine.max_new_tokens x rollout.max_turns``), not
+by that sequence's own length, so a long response is not down-weighted per token (Liu et al. 2025,
+"Understanding R1-Zero-Like Training: A Critical Perspective"). The constant must be the same for
+every micro-batch, rank and step: there is no default (the padded width of a micro-batch, which
+verl falls back to, changes with the micro-batch size and so would change the maths).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 from torch import Tensor
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+LOSS_AGG_MODES = (
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 def _denominator(value: int | float | Tensor | None, default: Tensor) -> Tensor:
     """The denominator to use, clamped to >= 1 so an empty (all-masked) batch gives 0, not NaN."""
     denom = default if value is None else torch.as_tensor(value, dtype=default.dtype, device=default.device)
     return denom.clamp(min=1.0)
+
+
+def _constant_norm(value: float | None) -> float:
+    """The Dr.GRPO normaliser: a finite number > 0 (never derived from the batch)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            math.isfinite(value) and value > 0):
+        raise ValueError(f"loss aggregation mode 'seq-mean-token-sum-norm' needs norm_tokens, a "
+                         f"constant > 0 (e.g. engine.max_new_tokens x rollout.max_turns); got "
+                         f"{value!r}")
+    return float(value)
 
 
 def aggregate_loss(
@@ -34,6 +57,7 @@ def aggregate_loss(
     *,
     num_tokens: int | float | Tensor | None = None,
     num_seqs: int | float | Tensor | None = None,
+    norm_tokens: float | None = None,
 ) -> Tensor:
     """Aggregate a (B, T) per-token loss into a scalar.
 
@@ -45,20 +69,30 @@ def aggregate_loss(
             - "token-mean":          sum_{b,t} L*m / N_tok,  N_tok defaults to sum(m).
             - "seq-mean-token-mean": sum_b [ sum_t (L*m)_b / max(sum_t m_b, 1) ] / N_seq.
             - "seq-mean-token-sum":  sum_b sum_t (L*m)_b / N_seq.
+            - "seq-mean-token-sum-norm" (Dr.GRPO): sum_b [ sum_t (L*m)_b / C ] / N_seq with the
+              constant C = ``norm_tokens``.
             N_seq defaults to the number of rows with at least one masked-in token.
         num_tokens: optional global token count (see module docstring); used by "token-mean".
-        num_seqs: optional global sequence count; used by the two "seq-mean-*" modes.
+        num_seqs: optional global sequence count; used by the three "seq-mean-*" modes.
+        norm_tokens: the constant C of "seq-mean-token-sum-norm" (required there, > 0; ignored by
+            the other modes).
 
-    Denominators are clamped to >= 1. Raises ValueError for an unknown mode.
+    Denominators N_tok / N_seq are clamped to >= 1. Raises ValueError for an unknown mode or a
+    missing / non-positive ``norm_tokens`` in "seq-mean-token-sum-norm".
     """
     mask = mask.to(loss_mat.dtype)
     # where, not multiply: an inf/NaN on a masked-out position must not leak into the sum.
     masked = torch.where(mask > 0, loss_mat, torch.zeros_like(loss_mat))
     if mode == "token-mean":
         return masked.sum() / _denominator(num_tokens, mask.sum())
-    if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
         seq_tokens = mask.sum(dim=-1)  # (B,)
         seq_sum = masked.sum(dim=-1)  # (B,)
-        per_seq = seq_sum / seq_tokens.clamp(min=1.0) if mode == "seq-mean-token-mean" else seq_sum
+        if mode == "seq-mean-token-mean":
+            per_seq = seq_sum / seq_tokens.clamp(min=1.0)
+        elif mode == "seq-mean-token-sum-norm":
+            per_seq = seq_sum / _constant_norm(norm_tokens)
+        else:
+            per_seq = seq_sum
         return per_seq.sum() / _denominator(num_seqs, (seq_tokens > 0).to(loss_mat.dtype).sum())
     raise ValueError(f"unknown loss aggregation mode {mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}")

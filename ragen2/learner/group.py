@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
+from ragen2.cluster import Placement
 from ragen2.config import Config
 from ragen2.learner.rank import LearnerRank
 
 
 class LearnerGroup:
-    def __init__(self, cfg: Config, model_path: str, threads: int) -> None:
+    def __init__(self, cfg: Config, model_path: str, threads: int,
+                 placement: Placement | None = None) -> None:
         world = cfg.cluster.learner_world_size
-        gpus = 1 if cfg.cluster.device == "cuda" else 0
-        actor = ray.remote(LearnerRank).options(num_cpus=0, num_gpus=gpus)
-        self.ranks = [actor.remote(cfg, model_path, r, world, threads) for r in range(world)]
+        if placement is None:  # nothing reserved (tests): as before, one whole GPU per rank on cuda
+            gpus = 1 if cfg.cluster.device == "cuda" else 0
+            options = [{"num_cpus": 0, "num_gpus": gpus}] * world
+        else:
+            options = [placement.learner_options(r) for r in range(world)]
+        actor = ray.remote(LearnerRank)
+        self.ranks = [actor.options(**options[r]).remote(cfg, model_path, r, world, threads)
+                      for r in range(world)]
         addr, port = ray.get(self.ranks[0].address.remote())
         ray.get([a.setup.remote(addr, port) for a in self.ranks])
 
@@ -43,6 +50,18 @@ class LearnerGroup:
         if np.isnan(logp).any():
             raise RuntimeError("learner ranks left some (sample, prompt) pairs unscored")
         return logp, tokens
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """``fn(rank, *args, **kwargs)`` on every rank at once (``LearnerRank.run``); all results.
+
+        ``fn`` must be picklable (a module-level function); it may use collectives such as
+        ``rank.named_weights()``, since every rank runs it.
+        """
+        return ray.get([a.run.remote(fn, *args, **kwargs) for a in self.ranks])
+
+    def logprobs(self, ids: list[int]) -> list[float]:
+        """Raw per-token logprobs of ``ids[1:]`` under the current policy (rank 0's result)."""
+        return self.call("logprobs", list(ids))[0]
 
     def policy_weights(self) -> Any:
         """ObjectRef of the full weights (rank 0's result) once every rank has taken part."""

@@ -1,8 +1,9 @@
 """One FSDP2 learner rank (a Ray actor): logprobs, the PPO/GRPO update, warm-start SFT, checkpoints.
 
 Every rank receives the whole batch (numpy, zero-copy from the object store) and works on its
-rows of each mini-batch; ranks always run the same number of forward/backward passes (short ranks
-get all-masked dummy rows) because FSDP's collectives must match. Losses use the *mini-batch's*
+rows of each mini-batch, cut into micro-batches of ``algorithm.micro_batch_size`` rows or of at most
+``learner.micro_batch_tokens`` padded tokens; ranks always run the same number of forward/backward
+passes (short ranks get all-masked dummy rows) because FSDP's collectives must match. Losses use the *mini-batch's*
 global token/sequence counts, so gradients summed over micro-batches and ranks equal the
 full-batch gradient exactly (FSDP averages over ranks, hence the ``* world_size``).
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -21,7 +23,11 @@ import torch.distributed as dist
 from ragen2.algos import (POLICY_LOSSES, aggregate_loss, entropy_from_logits, gae_advantages,
                           grpo_advantages, kl_penalty, logprobs_from_logits, value_loss)
 from ragen2.config import Config
-from ragen2.learner.fsdp import full_state_dict, load_full_state_dict, load_value_model, shard_model
+from ragen2.learner.fsdp import (check_attn_implementation, full_state_dict, full_tensor,
+                                 load_full_state_dict, load_value_model, shard_model)
+from ragen2.learner.lora import adapter_dropout, has_adapter_dropout, wrap_lora
+from ragen2.learner.microbatch import plan_token_micro_batches
+from ragen2.learner.weights import load_full_weights, named_full_weights
 
 
 class StaleBatchError(RuntimeError):
@@ -60,30 +66,52 @@ class LearnerRank:
         cuda = cfg.cluster.device == "cuda"
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         dist.init_process_group(cfg.cluster.backend, rank=self.rank, world_size=self.world_size)
-        from ragen2.models.loading import load_causal_lm
-
-        mp = cfg.model.dtype if cfg.model.dtype != "float32" else None
-        load = lambda: load_causal_lm(model_path, dtype="float32",  # noqa: E731  fp32 master weights
-                                      trust_remote_code=cfg.model.trust_remote_code).to(self.device)
-        self.model = shard_model(load(), mixed_precision=mp)
+        lc = cfg.learner
+        check_attn_implementation(lc.attn_implementation)
+        self.lora = lc.lora.rank > 0
+        policy = wrap_lora(self._load_lm(), lc.lora) if self.lora else self._load_lm()
+        self.model = self._shard(policy, lc.activation_checkpointing)
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: adapters
+        self.lora_dropout = has_adapter_dropout(self.model)
         self.ref = None
-        if cfg.algorithm.kl_coef > 0:
-            self.ref = shard_model(load(), mixed_precision=mp)
+        if cfg.algorithm.kl_coef > 0:  # always a plain model (no adapters): the base at first
+            self.ref = self._shard(self._load_lm())
             self.ref.requires_grad_(False)
         self.critic = self.critic_optim = None
         if cfg.algorithm.adv_estimator == "gae":
             critic = load_value_model(model_path, dtype="float32",
-                                      trust_remote_code=cfg.model.trust_remote_code)
-            self.critic = shard_model(critic.to(self.device), mixed_precision=mp)
+                                      trust_remote_code=cfg.model.trust_remote_code,
+                                      attn_implementation=lc.attn_implementation)
+            self.critic = self._shard(critic, lc.activation_checkpointing)
             self.critic_optim = torch.optim.AdamW(self.critic.parameters(), lr=cfg.algorithm.critic_lr)
         self.optim = self._new_optimizer(cfg.algorithm.lr)
         self.sft_optim: torch.optim.Optimizer | None = None
         self.temperature = cfg.engine.temperature if cfg.engine.temperature > 0 else 1.0
         self.version = 0
 
+    def _load_lm(self) -> torch.nn.Module:
+        """The HF causal LM in fp32 (master weights) with ``learner.attn_implementation``, on CPU."""
+        from ragen2.models.loading import load_causal_lm
+
+        return load_causal_lm(self.model_path, dtype="float32",
+                              trust_remote_code=self.cfg.model.trust_remote_code,
+                              attn_implementation=self.cfg.learner.attn_implementation)
+
+    def _shard(self, model: torch.nn.Module, activation_checkpointing: bool = False,
+               ) -> torch.nn.Module:
+        lc = self.cfg.learner
+        if not lc.cpu_offload:  # with CPU offload FSDP moves each block to the GPU as it shards it
+            model = model.to(self.device)
+        mp = self.cfg.model.dtype if self.cfg.model.dtype != "float32" else None
+        return shard_model(model, mixed_precision=mp, activation_checkpointing=activation_checkpointing,
+                           cpu_offload=lc.cpu_offload)
+
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.model.parameters(), lr=lr,
-                                 weight_decay=self.cfg.algorithm.weight_decay)
+        return torch.optim.AdamW(self.trainable, lr=lr, weight_decay=self.cfg.algorithm.weight_decay)
+
+    def _train_mode(self) -> Any:
+        """Context of a gradient pass of the policy: LoRA's adapter dropout on (if any)."""
+        return adapter_dropout(self.model) if self.lora_dropout else nullcontext()
 
     # ------------------------------------------------------------------ helpers
     def _rows(self, mb: np.ndarray) -> _Rows:
@@ -110,9 +138,22 @@ class LearnerRank:
             return None
         return torch.from_numpy(np.asarray(batch["temperature_scales"], np.float32)[rows.index])
 
-    def _micro(self, rows: _Rows) -> list[_Rows]:
-        m = self.cfg.algorithm.micro_batch_size
-        return [_Rows(rows.index[i:i + m], rows.real[i:i + m]) for i in range(0, len(rows.index), m)]
+    def _micro_batches(self, batch: dict[str, np.ndarray], mb: np.ndarray) -> list[_Rows]:
+        """This rank's micro-batches of mini-batch ``mb`` (row ids); the same count on every rank.
+
+        ``learner.micro_batch_tokens > 0``: at most that many padded tokens each
+        (:func:`plan_token_micro_batches`); otherwise ``algorithm.micro_batch_size`` rows each.
+        """
+        budget = self.cfg.learner.micro_batch_tokens
+        if budget <= 0:
+            rows, m = self._rows(mb), self.cfg.algorithm.micro_batch_size
+            return [_Rows(rows.index[i:i + m], rows.real[i:i + m])
+                    for i in range(0, len(rows.index), m)]
+        lengths = batch["attention_mask"][mb].sum(1).tolist()
+        groups = plan_token_micro_batches(lengths, self.world_size, budget)[self.rank]
+        dummy = mb[[int(np.argmin(lengths))]]  # the shortest row, loss mask zeroed
+        return [_Rows(mb[g], np.ones(len(g), bool)) if g else _Rows(dummy, np.zeros(1, bool))
+                for g in groups]
 
     def _forward(self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
                  with_entropy: bool, scales: torch.Tensor | None = None,
@@ -147,9 +188,8 @@ class LearnerRank:
         stats["gap_sum"] += float(((engine_lp - learner_lp).abs() * mask).sum())
         stats["tokens"] += float(mask.sum())
 
-    def _step(self, model: torch.nn.Module, optim: torch.optim.Optimizer) -> float:
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.algorithm.grad_clip)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    def _step(self, params: list[torch.nn.Parameter], optim: torch.optim.Optimizer) -> float:
+        norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, self.cfg.algorithm.grad_clip))
         optim.step()
         optim.zero_grad(set_to_none=True)
         return float(norm)
@@ -169,20 +209,20 @@ class LearnerRank:
         gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
         perm = torch.randperm(n, generator=gen).numpy()
         minis = [mb for mb in np.array_split(perm, a.ppo_mini_batches) if len(mb)]
-        plan = [(mb, self._rows(mb)) for mb in minis]
+        plan = [(mb, self._micro_batches(batch, mb)) for mb in minis]
 
         # 1. old / ref logprobs and values for this rank's rows (no grad). The first mini-batch is
         #    trained before the policy moves, so its old logprobs come free from its own forward.
         cache: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
         stats = {"gap_sum": 0.0, "tokens": 0.0}
         with torch.no_grad():
-            for mi, (_, rows) in enumerate(plan):
-                for ui, micro in enumerate(self._micro(rows)):
+            for mi, (_, micros) in enumerate(plan):
+                for ui, micro in enumerate(micros):
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids", "attention_mask",
                                                          "loss_mask", "logprobs")
                     c = cache[mi, ui] = {}
                     sc = self._scales(batch, micro)
-                    if mi > 0:
+                    if mi > 0 or self.lora_dropout:  # (dropout: old logprobs without it)
                         c["old"], _ = self._forward(self.model, ids, attn, with_entropy=False, scales=sc)
                         self._gap(stats, eng, c["old"], mask)
                     if self.ref is not None:
@@ -198,8 +238,8 @@ class LearnerRank:
         # per-sample loss weights (tiered SNR filtering) scale the advantages: the policy losses
         # are positively homogeneous in A, so this weights each sample's loss exactly
         weights = torch.tensor(np.asarray(batch.get("sample_weights", np.ones(n))), dtype=torch.float32)
-        for mi, (_, rows) in enumerate(plan):
-            for ui, micro in enumerate(self._micro(rows)):
+        for mi, (_, micros) in enumerate(plan):
+            for ui, micro in enumerate(micros):
                 c = cache[mi, ui]
                 mask, tok_r = self._tensors(batch, micro, "loss_mask", "token_rewards")
                 w = weights[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
@@ -210,53 +250,10 @@ class LearnerRank:
                     c["adv"], c["returns"] = adv * w, ret
         loss_scale = float(batch.get("loss_scale", 1.0))  # filtering: scale by the kept fraction
 
-        # 3. PPO epochs over mini-batches
-        m = {"pg_loss": 0.0, "clipfrac": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0,
-             "vf_loss": 0.0, "grad_norm": 0.0, "critic_grad_norm": 0.0, "updates": 0.0}
-        for _ in range(a.ppo_epochs):
-            for mi, (mb, rows) in enumerate(plan):
-                mask_all = batch["loss_mask"][mb]
-                n_tok = float(mask_all.sum())
-                n_seq = float((mask_all.sum(1) > 0).sum())
-                agg = dict(agg_mode=a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq)
-                for ui, micro in enumerate(self._micro(rows)):
-                    c = cache[mi, ui]
-                    ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
-                                                         "attention_mask", "loss_mask", "logprobs")
-                    lp, ent = self._forward(self.model, ids, attn, with_entropy=True,
-                                            scales=self._scales(batch, micro))
-                    if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
-                        c["old"] = lp.detach()
-                        self._gap(stats, eng, c["old"], mask)
-                    pg, pm = POLICY_LOSSES.get(a.policy_loss)(
-                        lp, c["old"], c["adv"], mask, clip_low=a.clip_ratio_low,
-                        clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c, **agg)
-                    loss = pg
-                    ent_loss = aggregate_loss(ent, mask.float(), a.loss_agg_mode,
-                                              num_tokens=n_tok, num_seqs=n_seq)
-                    if a.entropy_coef > 0:
-                        loss = loss - a.entropy_coef * ent_loss
-                    if self.ref is not None:
-                        kl = aggregate_loss(kl_penalty(lp, c["ref"], a.kl_estimator), mask.float(),
-                                            a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq)
-                        loss = loss + a.kl_coef * kl
-                        m["kl"] += kl.detach().item()
-                    (loss * (loss_scale * self.world_size)).backward()
-                    w = float(mask.sum())
-                    m["pg_loss"] += pg.detach().item()
-                    m["entropy"] += ent_loss.detach().item()
-                    m["clipfrac"] += float(pm["clipfrac"]) * w
-                    m["approx_kl"] += float(pm["approx_kl"]) * w
-                    if self.critic is not None:
-                        v = self.critic(ids, attn)
-                        vl, _ = value_loss(v, c["values"], c["returns"], mask,
-                                           clip_range=a.value_clip, **agg)
-                        (a.value_coef * vl * self.world_size).backward()
-                        m["vf_loss"] += vl.detach().item()
-                m["grad_norm"] += self._step(self.model, self.optim)
-                if self.critic is not None:
-                    m["critic_grad_norm"] += self._step(self.critic, self.critic_optim)
-                m["updates"] += 1
+        # 3. PPO epochs over mini-batches (adapter dropout, if any, also during the backward's
+        #    activation recomputation)
+        with self._train_mode():
+            m = self._ppo_epochs(batch, plan, cache, stats, loss_scale)
         self.version += 1
 
         r = self._allreduce({**stats, **{k: v for k, v in m.items()
@@ -281,6 +278,65 @@ class LearnerRank:
             out["critic/grad_norm"] = m["critic_grad_norm"] / updates
         return out
 
+    def _ppo_epochs(self, batch: dict[str, np.ndarray], plan: list[tuple[np.ndarray, list[_Rows]]],
+                    cache: dict[tuple[int, int], dict[str, torch.Tensor]], stats: dict[str, float],
+                    loss_scale: float) -> dict[str, float]:
+        """Step 3 of :meth:`update`: ``ppo_epochs`` passes over the mini-batches, one optimiser
+        step per mini-batch. Returns the summed (this rank's) loss terms and gradient norms."""
+        a, cfg = self.cfg.algorithm, self.cfg
+        # Dr.GRPO's constant (seq-mean-token-sum-norm): the longest response a trajectory can hold
+        norm_tokens = a.loss_agg_norm_tokens or cfg.engine.max_new_tokens * cfg.rollout.max_turns
+        m = {"pg_loss": 0.0, "clipfrac": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0,
+             "vf_loss": 0.0, "grad_norm": 0.0, "critic_grad_norm": 0.0, "updates": 0.0}
+        for _ in range(a.ppo_epochs):
+            for mi, (mb, micros) in enumerate(plan):
+                mask_all = batch["loss_mask"][mb]
+                n_tok = float(mask_all.sum())
+                n_seq = float((mask_all.sum(1) > 0).sum())
+                agg = dict(agg_mode=a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq,
+                           norm_tokens=norm_tokens)
+                for ui, micro in enumerate(micros):
+                    c = cache[mi, ui]
+                    ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
+                                                         "attention_mask", "loss_mask", "logprobs")
+                    lp, ent = self._forward(self.model, ids, attn, with_entropy=True,
+                                            scales=self._scales(batch, micro))
+                    if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
+                        c["old"] = lp.detach()
+                        self._gap(stats, eng, c["old"], mask)
+                    pg, pm = POLICY_LOSSES.get(a.policy_loss)(
+                        lp, c["old"], c["adv"], mask, clip_low=a.clip_ratio_low,
+                        clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c, **agg)
+                    loss = pg
+                    ent_loss = aggregate_loss(ent, mask.float(), a.loss_agg_mode, num_tokens=n_tok,
+                                              num_seqs=n_seq, norm_tokens=norm_tokens)
+                    if a.entropy_coef > 0:
+                        loss = loss - a.entropy_coef * ent_loss
+                    if self.ref is not None:
+                        kl = aggregate_loss(kl_penalty(lp, c["ref"], a.kl_estimator), mask.float(),
+                                            a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq,
+                                            norm_tokens=norm_tokens)
+                        loss = loss + a.kl_coef * kl
+                        m["kl"] += kl.detach().item()
+                    (loss * (loss_scale * self.world_size)).backward()
+                    w = float(mask.sum())
+                    m["pg_loss"] += pg.detach().item()
+                    m["entropy"] += ent_loss.detach().item()
+                    m["clipfrac"] += float(pm["clipfrac"]) * w
+                    m["approx_kl"] += float(pm["approx_kl"]) * w
+                    if self.critic is not None:
+                        v = self.critic(ids, attn)
+                        vl, _ = value_loss(v, c["values"], c["returns"], mask,
+                                           clip_range=a.value_clip, **agg)
+                        (a.value_coef * vl * self.world_size).backward()
+                        m["vf_loss"] += vl.detach().item()
+                m["grad_norm"] += self._step(self.trainable, self.optim)
+                if self.critic is not None:
+                    m["critic_grad_norm"] += self._step(list(self.critic.parameters()),
+                                                        self.critic_optim)
+                m["updates"] += 1
+        return m
+
     # ------------------------------------------------------- gradient SNR
     def grad_snr(self, batch: dict[str, np.ndarray], buckets: np.ndarray) -> dict[str, float]:
         """Per reward-spread bucket, the gradient norms of the task, entropy and KL terms.
@@ -299,10 +355,10 @@ class LearnerRank:
         self.optim.zero_grad(set_to_none=True)
         for b in sorted(set(int(x) for x in buckets.tolist()) - {-1}):
             mb = np.flatnonzero(buckets == b)
-            rows = self._rows(mb)
+            micros = self._micro_batches(batch, mb)
             n_tok = float(batch["loss_mask"][mb].sum())
             for term in terms:
-                for micro in self._micro(rows):
+                for micro in micros:
                     ids, attn, mask = self._tensors(batch, micro, "input_ids", "attention_mask",
                                                     "loss_mask")
                     lp, ent = self._forward(self.model, ids, attn, with_entropy=term == "entropy")
@@ -320,8 +376,7 @@ class LearnerRank:
                         loss = aggregate_loss(kl_penalty(lp, ref, a.kl_estimator), mask.float(),
                                               "token-mean", num_tokens=n_tok)
                     (loss * self.world_size).backward()
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float("inf"))
-                norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+                norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.trainable, float("inf")))
                 out[f"grad_snr/b{b}/{term}_norm"] = float(norm)
                 self.optim.zero_grad(set_to_none=True)
         return out
@@ -363,20 +418,22 @@ class LearnerRank:
         """One behaviour-cloning step: token-mean cross-entropy on the rows' loss-mask tokens."""
         if self.sft_optim is None:
             self.sft_optim = self._new_optimizer(lr)
-        plan = self._rows(np.asarray(rows))
+        rows = np.asarray(rows)
         mask_all = batch["loss_mask"][rows]
         n_tok = float(mask_all.sum())
         loss_sum = correct = 0.0
-        for micro in self._micro(plan):
-            ids, attn, mask = self._tensors(batch, micro, "input_ids", "attention_mask", "loss_mask")
-            logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
-            lp = logprobs_from_logits(logits, ids[:, 1:])
-            mk = mask[:, 1:].float()
-            loss = -(lp * mk).sum() / max(n_tok, 1.0)
-            (loss * self.world_size).backward()
-            loss_sum += loss.detach().item()
-            correct += float(((logits.argmax(-1) == ids[:, 1:]).float() * mk).sum())
-        grad_norm = self._step(self.model, self.sft_optim)
+        with self._train_mode():
+            for micro in self._micro_batches(batch, rows):
+                ids, attn, mask = self._tensors(batch, micro, "input_ids", "attention_mask",
+                                                "loss_mask")
+                logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+                lp = logprobs_from_logits(logits, ids[:, 1:])
+                mk = mask[:, 1:].float()
+                loss = -(lp * mk).sum() / max(n_tok, 1.0)
+                (loss * self.world_size).backward()
+                loss_sum += loss.detach().item()
+                correct += float(((logits.argmax(-1) == ids[:, 1:]).float() * mk).sum())
+        grad_norm = self._step(self.trainable, self.sft_optim)
         r = self._allreduce({"loss": loss_sum, "correct": correct})
         return {"warm_start/loss": r["loss"], "warm_start/token_acc": r["correct"] / max(n_tok, 1.0),
                 "warm_start/grad_norm": grad_norm}
@@ -390,23 +447,72 @@ class LearnerRank:
             os.replace(tmp, path)
 
     def load_policy(self, path: str) -> None:
-        load_full_state_dict(self.model, torch.load(path, weights_only=True))
+        """Load what :meth:`save_policy` wrote (every rank reads the file)."""
+        state = torch.load(path, weights_only=True)
+        saved_lora = any(".lora_A." in k for k in state)
+        if saved_lora != self.lora:
+            kinds = {True: "a LoRA policy", False: "a full fine-tuning policy"}
+            raise KeyError(f"{path} holds {kinds[saved_lora]} but this learner trains "
+                           f"{kinds[self.lora]} (learner.lora.rank={self.cfg.learner.lora.rank}): "
+                           "a warm-start cache must be keyed by learner.lora")
+        load_full_state_dict(self.model, state)
 
     def finish_warm_start(self) -> None:
-        """Drop the SFT optimizer; the frozen KL reference becomes the warm-started policy."""
+        """Drop the SFT optimizer; the frozen KL reference becomes the warm-started policy.
+
+        With LoRA the reference (a plain model) takes the merged weights (collective).
+        """
         self.sft_optim = None
-        if self.ref is not None:  # identical sharding: copy local shards, no communication
-            with torch.no_grad():
-                for ref_p, p in zip(self.ref.parameters(), self.model.parameters()):
-                    ref_p.copy_(p)
+        if self.ref is None:
+            return
+        if self.lora:
+            load_full_weights(self.ref, self.named_weights())
+            return
+        with torch.no_grad():  # identical sharding: copy local shards, no communication
+            for ref_p, p in zip(self.ref.parameters(), self.model.parameters()):
+                ref_p.copy_(p)
 
     # ------------------------------------------------------------------ weights
+    def named_weights(self, device: str | torch.device = "cpu", dtype: str | None = None,
+                      ) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, full unsharded tensor) for every policy weight, one parameter at a time.
+
+        Collective: every rank must exhaust it (same order everywhere); each rank receives every
+        full tensor. Names and shapes are the base model's (tied weights once); a LoRA policy is
+        merged, ``W + (alpha / rank) * B @ A``. ``dtype`` (e.g. "bfloat16"; None = fp32 master).
+        """
+        from ragen2.models.loading import resolve_dtype
+
+        dt = resolve_dtype(dtype) if dtype is not None else None
+        return named_full_weights(self.model, device=device, dtype=dt)
+
     def policy_weights(self) -> dict[str, np.ndarray] | None:
         """Full fp32 weights as numpy (rank 0; collective). Shipped to rollout workers."""
-        sd = full_state_dict(self.model)
-        if self.rank != 0:
-            return None
-        return {k: v.detach().float().contiguous().numpy() for k, v in sd.items()}
+        out = {}
+        # only rank 0 keeps the weights: the others leave theirs where the gather put them
+        for name, t in self.named_weights(device="cpu" if self.rank == 0 else self.device):
+            if self.rank == 0:
+                out[name] = t.float().contiguous().numpy()
+        return out if self.rank == 0 else None
+
+    def logprobs(self, ids: list[int]) -> list[float] | None:
+        """Raw log p(ids[t] | ids[:t]) for t = 1 .. len(ids) - 1 under the current policy.
+
+        Temperature 1, no per-row scaling: what an engine reports for the same tokens (the
+        weight-sync probe compares the two). Collective: every rank runs the same forward; rank 0
+        returns the ``len(ids) - 1`` floats, the others None.
+        """
+        if len(ids) < 2:
+            raise ValueError(f"logprobs needs at least 2 token ids, got {len(ids)}")
+        t = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            logits = self.model(input_ids=t, use_cache=False).logits[:, :-1]
+            lp = logprobs_from_logits(logits.float(), t[:, 1:])
+        return lp[0].cpu().tolist() if self.rank == 0 else None
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(self, *args, **kwargs)``: lets a weight-sync strategy run its rank-side code here."""
+        return fn(self, *args, **kwargs)
 
     def get_version(self) -> int:
         return self.version
@@ -417,8 +523,15 @@ class LearnerRank:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # LoRA: the frozen base is the loaded model and never changes; adapters + optimiser suffice
+        policy_opts = StateDictOptions(full_state_dict=True, cpu_offload=True,
+                                       ignore_frozen_params=self.lora)
         parts: dict[str, Any] = {}
-        parts["policy"] = dict(zip(("model", "optim"), get_state_dict(self.model, self.optim, options=opts)))
+        model_sd, optim_sd = get_state_dict(self.model, self.optim, options=policy_opts)
+        if self.lora:  # ignore_frozen_params keeps a frozen tied weight's second name: drop it
+            adapters = self._adapter_names()
+            model_sd = {k: v for k, v in model_sd.items() if k in adapters}
+        parts["policy"] = {"model": model_sd, "optim": optim_sd}
         if self.critic is not None:
             parts["critic"] = dict(zip(("model", "optim"),
                                        get_state_dict(self.critic, self.critic_optim, options=opts)))
@@ -434,14 +547,17 @@ class LearnerRank:
     def load(self, directory: str) -> int:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        opts = StateDictOptions(full_state_dict=True)
         targets = {"policy": (self.model, self.optim), "critic": (self.critic, self.critic_optim)}
         for name, (model, optim) in targets.items():
             if model is None:
                 continue
             payload = torch.load(os.path.join(directory, f"{name}.pt"), weights_only=False)
+            partial = name == "policy" and self.lora
+            if name == "policy":
+                self._check_policy_keys(payload["model"], directory)
             set_state_dict(model, optim, model_state_dict=payload["model"],
-                           optim_state_dict=payload["optim"], options=opts)
+                           optim_state_dict=payload["optim"],
+                           options=StateDictOptions(full_state_dict=True, strict=not partial))
         if self.ref is not None:
             payload = torch.load(os.path.join(directory, "ref.pt"), weights_only=False)
             load_full_state_dict(self.ref, payload["model"])
@@ -456,6 +572,23 @@ class LearnerRank:
             raise FileNotFoundError(f"{rng_path} missing: the checkpoint was written with a "
                                     "different cluster.learner_world_size")
         return self.version
+
+    def _adapter_names(self) -> set[str]:
+        return {n for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def _check_policy_keys(self, state: dict[str, Any], directory: str) -> None:
+        """A LoRA checkpoint holds exactly this policy's adapters; a full one holds no adapters."""
+        if not self.lora:
+            if any(".lora_A." in k for k in state):
+                raise KeyError(f"{directory}/policy.pt holds LoRA adapters but this learner does "
+                               "full fine-tuning: resume with the run's learner.lora settings")
+            return
+        want = self._adapter_names()
+        if set(state) != want:
+            extra, missing = sorted(set(state) - want), sorted(want - set(state))
+            raise KeyError(f"{directory}/policy.pt does not match this LoRA policy "
+                           f"(learner.lora changed, or a full fine-tuning checkpoint?): "
+                           f"missing={missing[:3]} unexpected={extra[:3]}")
 
     def shutdown(self) -> None:
         if dist.is_initialized():

@@ -1,12 +1,18 @@
 """The post-sync probe: does every engine now compute what the learner computes?
 
-Each engine continues a fixed prompt, longer than a KV-cache block, greedily for a few tokens
-and reports their logprobs; the learner scores the same tokens after the same prompt. After a
-correct sync the two agree to numerical noise (fp32: ~5e-5 per token). Two silent failures show
-up as a large gap: a sync that did not change the engine's weights, and a vLLM engine whose
-prefix cache still holds KV blocks computed with the old weights (the previous probe cached the
-prompt's blocks). vLLM's prompt logprobs would not do: requests asking for them bypass the
-prefix cache, so they cannot see stale blocks.
+Each engine continues a fixed prompt, longer than a KV-cache block, greedily for a few tokens and
+reports, at every continuation position, the logprobs of its ``k`` most likely next tokens; the
+learner scores the same tokens at the same positions. After a correct sync the two agree to
+numerical noise (fp32 on CPU: < 1e-6). Two silent failures show up as a large gap:
+
+* a sync that did not change the engine's weights;
+* a vLLM engine whose prefix cache still holds KV blocks computed with the old weights (the
+  previous probe cached the prompt's blocks).
+
+Design notes: vLLM's *prompt* logprobs cannot see stale blocks (requests asking for them bypass
+the prefix cache), hence a continuation; and the greedy token of a confident policy has
+logprob ~0 under almost any weights, hence the top-k alternatives, whose logprobs move with every
+weight.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import numpy as np
 
 from ragen2.sync.base import WeightSyncError
 
+#: (continuation ids, per position {token id: engine logprob})
+Continuation = tuple[list[int], list[dict[int, float]]]
+
 
 def probe_ids(vocab_size: int, length: int, seed: int = 1234) -> list[int]:
     """``length`` token ids drawn uniformly (fixed seed) from ``[0, vocab_size)``."""
@@ -25,34 +34,50 @@ def probe_ids(vocab_size: int, length: int, seed: int = 1234) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab_size, size=length).tolist()
 
 
-def logprob_gap(learner: Sequence[float], engine: Sequence[float]) -> tuple[float, float]:
-    """(mean, max) of |learner - engine| over positions; the lists must have equal length."""
-    a, b = np.asarray(learner, np.float64), np.asarray(engine, np.float64)
+def engine_continuation(worker: Any, ids: Sequence[int], new_tokens: int, top_k: int) -> Continuation:
+    """Worker side: the engine's greedy continuation of ``ids`` with its top-k logprobs."""
+    from ragen2.engines.base import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens, stop=(), top_logprobs=top_k)
+    g = worker.engine.generate([list(ids)], params)[0]
+    if g.top_logprobs is None:
+        raise WeightSyncError(f"{type(worker.engine).__name__} returned no top logprobs")
+    return g.token_ids, g.top_logprobs
+
+
+def learner_logprobs_at(rank: Any, ids: Sequence[int],
+                        queries: Sequence[tuple[int, Sequence[int]]]) -> list[list[float]] | None:
+    """Learner side (every rank forwards; rank 0 answers): ``log p(tok | ids[:t])`` at
+    temperature 1 for each ``(t, tokens)`` query."""
+    import torch
+
+    x = torch.tensor([list(ids)], dtype=torch.long, device=rank.device)
+    with torch.no_grad():
+        logits = rank.model(input_ids=x, use_cache=False).logits[0].float()
+    lsm = torch.log_softmax(logits, dim=-1).cpu()
+    if rank.rank != 0:
+        return None
+    return [[float(lsm[t - 1, tok]) for tok in toks] for t, toks in queries]
+
+
+def compare(learner: Sequence[Sequence[float]], engine: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """(mean, max) of |learner - engine| over all queried (position, token) pairs."""
+    a = np.concatenate([np.asarray(x, np.float64) for x in learner]) if learner else np.zeros(0)
+    b = np.concatenate([np.asarray(x, np.float64) for x in engine]) if engine else np.zeros(0)
     if a.shape != b.shape or a.size == 0:
-        raise WeightSyncError(f"probe: learner scored {a.size} positions, engine {b.size}")
+        raise WeightSyncError(f"probe: learner scored {a.size} (position, token) pairs, engine {b.size}")
     d = np.abs(a - b)
     if not np.isfinite(d).all():
         return float("inf"), float("inf")
     return float(d.mean()), float(d.max())
 
 
-def engine_continuation(worker: Any, ids: Sequence[int], new_tokens: int) -> tuple[list[int], list[float]]:
-    """Worker side: the engine's greedy continuation of ``ids`` and its temperature-1 logprobs."""
-    from ragen2.engines.base import SamplingParams
+def check_probe(gaps: Sequence[tuple[float, float]], tolerance: float, version: int) -> dict[str, float]:
+    """``sync/probe_logprob_gap`` (the worst engine's mean gap) and its max over engines.
 
-    g = worker.engine.generate([list(ids)], SamplingParams(temperature=0.0, max_new_tokens=new_tokens,
-                                                           stop=()))[0]
-    return g.token_ids, g.logprobs
-
-
-def check_probe(learner: Sequence[Sequence[float]], engines: Sequence[Sequence[float]],
-                tolerance: float, version: int) -> dict[str, float]:
-    """Compare each engine's logprobs with the learner's for the same tokens.
-
-    Returns ``sync/probe_logprob_gap`` (the worst engine's mean gap) and its max; raises
-    :class:`WeightSyncError` above ``tolerance``.
+    ``gaps[i]`` is engine i's (mean, max) from :func:`compare`; raises :class:`WeightSyncError`
+    when a mean exceeds ``tolerance``.
     """
-    gaps = [logprob_gap(a, b) for a, b in zip(learner, engines, strict=True)]
     mean = max(g[0] for g in gaps)
     worst = max(g[1] for g in gaps)
     if not mean <= tolerance:
@@ -67,17 +92,23 @@ def check_probe(learner: Sequence[Sequence[float]], engines: Sequence[Sequence[f
     return {"sync/probe_logprob_gap": mean, "sync/probe_logprob_gap_max": worst}
 
 
+def queries_of(ids: Sequence[int], cont: Continuation) -> tuple[list[int], list[tuple[int, list[int]]]]:
+    """The full sequence and the learner's (position, tokens) queries for one continuation."""
+    gen, tops = cont
+    full = list(ids) + list(gen)
+    return full, [(len(ids) + j, list(d)) for j, d in enumerate(tops)]
+
+
 def run_probe(learners: Any, workers: Sequence[Any], ids: Sequence[int], tolerance: float,
-              version: int, new_tokens: int = 8) -> dict[str, float]:
-    """Continue ``ids`` on every engine, score the continuations on the learner, then check."""
+              version: int, new_tokens: int = 4, top_k: int = 5) -> dict[str, float]:
+    """Continue ``ids`` on every engine, score the same tokens on the learner, then check."""
     import ray
 
-    conts = ray.get([w.run.remote(engine_continuation, list(ids), new_tokens) for w in workers])
-    scored: dict[tuple[int, ...], list[float]] = {}
+    conts = ray.get([w.run.remote(engine_continuation, list(ids), new_tokens, top_k)
+                     for w in workers])
     gaps = []
-    for gen, lps in conts:
-        key = tuple(gen)
-        if key not in scored:
-            scored[key] = learners.logprobs(list(ids) + list(gen))[-len(gen):]
-        gaps.append((scored[key], lps))
-    return check_probe([g[0] for g in gaps], [g[1] for g in gaps], tolerance, version)
+    for cont in conts:
+        full, queries = queries_of(ids, cont)
+        ref = learners.run(learner_logprobs_at, full, queries)[0]
+        gaps.append(compare(ref, [list(d.values()) for d in cont[1]]))
+    return check_probe(gaps, tolerance, version)

@@ -18,9 +18,20 @@ from ragen2.sync import WeightSyncError, check_probe, probe_ids  # noqa: E402
 
 @pytest.fixture(scope="module")
 def vllm_engine(tiny_model_path):
+    """An in-process engine; vLLM sets up torch.distributed's default group in this process, so
+    it is torn down afterwards (later tests start their own learner process groups)."""
+    import gc
+
+    from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
+
     from ragen2.engines.vllm import VLLMEngine
 
-    return VLLMEngine(tiny_model_path, seed=0)
+    engine = VLLMEngine(tiny_model_path, seed=0)
+    yield engine
+    del engine
+    gc.collect()
+    destroy_model_parallel()
+    destroy_distributed_environment()
 
 
 def _prompts(tok):
@@ -78,19 +89,24 @@ def test_stop_string_ends_the_response_at_its_last_token(vllm_engine):
 
 
 def _noisy(state, scale=0.05, seed=0):
+    """New weights; the tied output head stays equal to the embedding (as in the model)."""
     gen = torch.Generator().manual_seed(seed)
-    return {k: v + scale * torch.randn(v.shape, generator=gen) for k, v in state.items()}
+    out = {k: v + scale * torch.randn(v.shape, generator=gen) for k, v in state.items()}
+    out["lm_head.weight"] = out["model.embed_tokens.weight"]
+    return out
 
 
 def _probe(vllm_engine, hf_engine, ids, version, tolerance=1e-3):
-    """The post-sync probe with the HF model standing in for the learner."""
+    """The post-sync probe with the HF model standing in for the learner (rank 0 of one)."""
     from types import SimpleNamespace
 
-    from ragen2.sync.probe import engine_continuation
+    from ragen2.sync.probe import compare, engine_continuation, learner_logprobs_at, queries_of
 
-    gen, lps = engine_continuation(SimpleNamespace(engine=vllm_engine), ids, 8)
-    learner = _teacher_forced(hf_engine.model, list(ids), gen, 1.0).tolist()
-    return check_probe([learner], [lps], tolerance, version)
+    cont = engine_continuation(SimpleNamespace(engine=vllm_engine), ids, 4, 5)
+    full, queries = queries_of(ids, cont)
+    rank = SimpleNamespace(model=hf_engine.model, device="cpu", rank=0)
+    ref = learner_logprobs_at(rank, full, queries)
+    return check_probe([compare(ref, [list(d.values()) for d in cont[1]])], tolerance, version)
 
 
 def test_reload_then_probe_agrees_and_stale_or_skipped_syncs_are_caught(vllm_engine, hf_engine,
@@ -119,8 +135,11 @@ def test_reload_then_probe_agrees_and_stale_or_skipped_syncs_are_caught(vllm_eng
         with pytest.raises(WeightSyncError):
             _probe(vllm_engine, hf_engine, ids, 1)
 
-        # 3. the real sync: reload + reset (a lazy pair stream works as well as a mapping)
-        vllm_engine.load_weights(iter(new.items()), version=2)
+        # 3. the real sync: reload + reset, from a lazy stream that (like the learner's export)
+        #    carries the tied embedding once, as model.embed_tokens.weight: vLLM-CPU keeps a
+        #    separate repacked output head, which the engine refreshes from the embedding
+        assert hf_engine._tied == {"lm_head.weight"}
+        vllm_engine.load_weights(((k, v) for k, v in new.items() if k not in hf_engine._tied), 2)
         assert _probe(vllm_engine, hf_engine, ids, 2)["sync/probe_logprob_gap"] < 1e-3
         assert vllm_engine.policy_version == 2
     finally:

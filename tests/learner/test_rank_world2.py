@@ -1,0 +1,118 @@
+"""Two FSDP2 ranks (two processes, gloo): token micro-batches with dummy passes, LoRA export, probes.
+
+One spawn runs every scenario, since each process pays the torch + transformers import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing as mp
+import socket
+
+import numpy as np
+import pytest
+import torch
+
+from tests.learner.test_rank import _batch, _run
+
+PROBE_IDS = [5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300, 2, 64, 9, 10]
+
+BASE = ("cluster.learner_world_size=2", "algorithm.lr=1e-3", "algorithm.ppo_mini_batches=2")
+SCENARIOS = {
+    "rows": ("algorithm.micro_batch_size=2",),
+    # budget 20: in each mini-batch of 3 rows rank 0 needs two micro-batches and rank 1 has one
+    # row, so rank 1 runs a dummy pass
+    "tokens": ("learner.micro_batch_tokens=20",),
+}
+if importlib.util.find_spec("peft") is not None:  # the `lora` extra
+    SCENARIOS["lora"] = ("learner.micro_batch_tokens=20", "learner.lora.rank=4",
+                         "learner.lora.alpha=8", "learner.activation_checkpointing=true",
+                         "algorithm.kl_coef=0.1")
+
+
+def _ports(n: int) -> list[int]:
+    out = []
+    for _ in range(n):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.append(s.getsockname()[1])
+    return out
+
+
+def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
+    torch.set_num_threads(1)
+    from ragen2.learner.rank import LearnerRank
+    from ragen2.train import load_config
+
+    result = {}
+    for (name, extra), port in zip(SCENARIOS.items(), ports):
+        r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
+        r.setup("127.0.0.1", port)
+        try:
+            if name == "tokens":
+                result["plan"] = [len(r._micro_batches(_batch(), np.arange(k, k + 3))) for k in (0, 3)]
+            if name == "lora":  # warm start: adapters train, the reference takes the merged weights
+                from ragen2.learner.fsdp import full_tensor
+
+                r.sft_step(_batch(), np.arange(6), 1e-2)
+                r.finish_warm_start()
+                merged = dict(r.named_weights())
+                result["ref_is_merged"] = all(
+                    torch.equal(full_tensor(v), merged[k]) for k, v in r.ref.state_dict().items()
+                    if k in merged)
+            m = r.update(_batch(), step=1)
+            result[name] = {"metrics": m, "weights": {k: v.clone() for k, v in r.named_weights()},
+                            "logprobs": r.logprobs(PROBE_IDS),
+                            "run": r.run(lambda rk, x: (rk.rank, rk.world_size, x), 7)}
+        finally:
+            r.shutdown()
+    torch.save(result, f"{out_dir}/rank{rank}.pt")
+
+
+def test_two_ranks(tiny_model_path, tmp_path):
+    ctx = mp.get_context("spawn")
+    ports = _ports(len(SCENARIOS))
+    procs = [ctx.Process(target=_worker, args=(r, tiny_model_path, ports, str(tmp_path)))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    for p in procs:
+        if p.is_alive():  # a collective mismatch hangs: fail instead of waiting forever
+            p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert r0["plan"] == r1["plan"] == [2, 2]  # the same number of passes on both ranks
+
+    for name in SCENARIOS:
+        assert r0[name]["run"] == (0, 2, 7) and r1[name]["run"] == (1, 2, 7)
+        assert r1[name]["logprobs"] is None and len(r0[name]["logprobs"]) == len(PROBE_IDS) - 1
+        for k, v in r0[name]["weights"].items():  # every rank receives every full tensor
+            torch.testing.assert_close(r1[name]["weights"][k], v, rtol=0, atol=0)
+
+    rows, tokens = r0["rows"], r0["tokens"]
+    for key in ("actor/loss", "actor/grad_norm"):
+        assert tokens["metrics"][key] == pytest.approx(rows["metrics"][key], rel=1e-5, abs=1e-7)
+    for k, v in rows["weights"].items():
+        torch.testing.assert_close(tokens["weights"][k], v, rtol=0, atol=1e-5)
+
+    # world size 1 gives the same update as world size 2
+    m1, w1 = _run(tiny_model_path, "algorithm.ppo_mini_batches=2", "algorithm.micro_batch_size=2")
+    assert m1["actor/loss"] == pytest.approx(rows["metrics"]["actor/loss"], rel=1e-5, abs=1e-7)
+    assert m1["actor/grad_norm"] == pytest.approx(rows["metrics"]["actor/grad_norm"], rel=1e-5)
+    for k, v in w1.items():
+        np.testing.assert_allclose(rows["weights"][k].numpy(), v, atol=1e-5, err_msg=k)
+
+    # LoRA (with activation checkpointing): merged full weights under the base names, and only
+    # the adapted projections moved
+    if "lora" not in SCENARIOS:
+        return
+    from ragen2.models.loading import load_causal_lm
+
+    base = load_causal_lm(tiny_model_path).state_dict()
+    assert r0["ref_is_merged"] and r1["ref_is_merged"]
+    lora = r0["lora"]["weights"]
+    assert lora.keys() == rows["weights"].keys()
+    changed = [k for k, v in lora.items() if not torch.equal(v, base[k])]
+    assert changed and all(k.endswith("proj.weight") for k in changed)

@@ -1,0 +1,270 @@
+"""The shipped presets: the RAGEN-2 experiments, the GPU cluster and model presets, the sweeps.
+
+Everything here only composes and validates configs (``ragen2.train.load_config``): no model is
+loaded, no GPU is needed (the GPU presets set ``cluster.device=cuda``, which validation accepts on
+any machine).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from ragen2.config import Config
+from ragen2.train import load_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ENVS = {"sokoban": "ragen2/Sokoban-v0", "frozenlake": "ragen2/FrozenLake-v0",
+        "math": "ragen2/Math-v0", "code": "ragen2/Code-v0"}
+ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
+FILTERS = ("none", "top_p", "tiered")
+# `+experiment=x` appends the group; were config.yaml to list `optional experiment: null` in its
+# defaults, the override would be `experiment=x` (Hydra refuses the other form in each case).
+_DEFAULTS = yaml.safe_load((CONFIGS / "config.yaml").read_text())["defaults"]
+EXP = ("experiment" if any(isinstance(d, dict) and any(k.split(" ")[-1] == "experiment" for k in d)
+                           for d in _DEFAULTS) else "+experiment")
+
+
+def compose_with_hydra(overrides: list[str]):
+    """The composed DictConfig including its ``hydra`` node (sweeper params, job settings)."""
+    from hydra import compose, initialize_config_module
+
+    from ragen2.config import normalize_overrides, register_schema
+    from ragen2.train import CONFIG_MODULE
+
+    register_schema()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        return compose(config_name="config", overrides=normalize_overrides(overrides),
+                       return_hydra_config=True)
+
+
+def assert_paper_setup(c: Config) -> None:
+    """The RAGEN-2 numbers every paper experiment shares, whatever the algorithm and filter."""
+    assert (c.rollout.env_groups, c.rollout.group_size, c.rollout.max_turns) == (8, 16, 5)
+    assert c.trainer.total_steps == 400
+    a = c.algorithm
+    assert (a.lr, a.critic_lr) == (1e-6, 1e-5)
+    assert (a.clip_ratio_low, a.clip_ratio_high) == (0.2, 0.28)
+    assert (a.entropy_coef, a.kl_coef) == (0.001, 0.0)
+    assert (a.gamma, a.lam, a.lr_warmup_steps) == (1.0, 1.0, 0)
+    e = c.engine
+    assert (e.name, e.max_new_tokens, e.temperature, e.eval_temperature) == ("vllm", 400, 1.0, 0.5)
+    assert not e.enforce_eager and not e.sleep_mode
+    assert c.model.dtype == "bfloat16" and c.model.name == "hf"
+    assert c.cluster.device == "cuda" and c.cluster.backend == "nccl"
+    assert c.sync.probe_tolerance == pytest.approx(3e-2)
+    assert not c.trainer.warm_start.enabled
+    assert c.trainer.eval_episodes == 256
+    # a whole episode fits the context, and the context fits the engine
+    assert e.max_model_len >= c.rollout.max_context_tokens >= 4096
+    # colocated: one engine per learner GPU (ragen2.config.ClusterConfig)
+    if c.cluster.layout == "colocated":
+        assert c.rollout.num_workers * e.tensor_parallel_size == c.cluster.learner_world_size
+
+
+def assert_algorithm(c: Config, algorithm: str) -> None:
+    a = c.algorithm
+    assert a.name == algorithm
+    assert a.adv_estimator == ("gae" if algorithm == "ppo" else "grpo")
+    assert a.norm_adv_by_std is (algorithm != "drgrpo")
+    assert a.loss_agg_mode == ("seq-mean-token-sum-norm" if algorithm == "drgrpo" else "token-mean")
+    if algorithm in ("dapo", "drgrpo"):
+        assert a.dual_clip_c is None
+
+
+def assert_filter(c: Config, filt: str) -> None:
+    f = c.filter
+    assert f.strategy == ("none" if filt == "none" else "top_p")
+    assert f.tiered.enabled is (filt == "tiered")
+    if filt != "none":
+        assert (f.value, f.metric, f.include_zero) == (0.9, "reward_std", False)
+
+
+@pytest.mark.parametrize("filt", FILTERS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("env", ENVS)
+def test_paper_experiment_composes_and_validates(env, algorithm, filt):
+    c = load_config([f"{EXP}=ragen2_{env}", f"algorithm={algorithm}", f"filter={filt}"])
+    assert c.env.id == ENVS[env]
+    assert c.model.path == "Qwen/Qwen2.5-3B-Instruct"
+    assert (c.cluster.learner_world_size, c.cluster.layout) == (8, "colocated")
+    assert_paper_setup(c)
+    assert_algorithm(c, algorithm)
+    assert_filter(c, filt)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("env", ENVS)
+def test_half_billion_variant(env, algorithm):
+    c = load_config([f"{EXP}=ragen2_{env}_0.5b", f"algorithm={algorithm}", "filter=top_p"])
+    assert c.env.id == ENVS[env]
+    assert c.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert (c.cluster.learner_world_size, c.rollout.num_workers) == (1, 1)
+    assert_paper_setup(c)
+    assert_algorithm(c, algorithm)
+
+
+def test_env_specific_settings():
+    """Each env file sets what its env needs on top of the shared setup."""
+    sokoban = load_config([f"{EXP}=ragen2_sokoban"])
+    assert sokoban.env.kwargs == {"size": 6, "num_boxes": 1, "max_steps": 100}
+    assert sokoban.rollout.format_penalty == -1.0  # env/sokoban.yaml's, kept
+    lake = load_config([f"{EXP}=ragen2_frozenlake"])
+    assert lake.env.kwargs["is_slippery"] is True
+    assert lake.env.kwargs["slip_prob"] == pytest.approx(2 / 3)
+    assert (lake.env.kwargs["size"], lake.env.kwargs["hole_prob"]) == (4, 0.2)
+    # the retry envs get as many attempts as the paper has turns (env/math.yaml has 3 turns)
+    for env in ("math", "code"):
+        c = load_config([f"{EXP}=ragen2_{env}"])
+        assert c.env.kwargs["max_attempts"] == c.rollout.max_turns == 5
+    code = load_config([f"{EXP}=ragen2_code"])
+    assert code.rollout.max_context_tokens == code.engine.max_model_len == 6144
+
+
+def test_model_override_on_the_command_line():
+    # a command-line group choice wins over the experiment's `override /model`
+    c = load_config([f"{EXP}=ragen2_sokoban", "model=qwen2.5_0.5b"])
+    assert c.model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert_paper_setup(c)
+
+
+@pytest.mark.parametrize("preset,learners,workers,layout", [
+    ("gpu_1", 1, 1, "colocated"), ("gpu_8", 8, 8, "colocated"), ("gpu_8_split", 4, 4, "split")])
+def test_cluster_presets(preset, learners, workers, layout):
+    c = load_config([f"cluster={preset}"])  # with the default (hf, tiny, fp32) config
+    assert (c.cluster.device, c.cluster.backend) == ("cuda", "nccl")
+    assert (c.cluster.learner_world_size, c.rollout.num_workers, c.cluster.layout) == (
+        learners, workers, layout)
+    paper = load_config([f"{EXP}=ragen2_sokoban", f"cluster={preset}"])
+    assert (paper.cluster.learner_world_size, paper.rollout.num_workers) == (learners, workers)
+    assert_paper_setup(paper)
+    if layout == "split":  # the rollout GPUs are vLLM's alone
+        assert paper.engine.gpu_memory_utilization > 0.8
+
+
+def test_split_layout_refuses_sleep_mode():
+    from ragen2.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        load_config([f"{EXP}=ragen2_sokoban", "cluster=gpu_8_split", "engine.sleep_mode=true"])
+    assert e.value.key == "engine.sleep_mode"
+
+
+def sweep_jobs(overrides: list[str]) -> tuple[dict[str, list[str]], list[list[str]]]:
+    """The preset's hydra.sweeper.params and the jobs Hydra's basic sweeper makes of them."""
+    params = OmegaConf.to_container(compose_with_hydra(overrides).hydra.sweeper.params)
+    swept = {k: str(v).split(",") for k, v in params.items()}
+    jobs = [[*overrides, *(f"{k}={v}" for k, v in zip(swept, values))]
+            for values in itertools.product(*swept.values())]
+    return swept, jobs
+
+
+def test_algorithm_by_filter_sweep():
+    base = [f"{EXP}=[ragen2_sokoban,ragen2_sweep]"]
+    swept, jobs = sweep_jobs(base)
+    assert swept == {"algorithm": list(ALGORITHMS), "filter": list(FILTERS)}
+    assert len(jobs) == 12
+    seen = set()
+    for job in jobs:
+        c = load_config(job)
+        assert_paper_setup(c)
+        assert c.env.id == "ragen2/Sokoban-v0"
+        seen.add((c.algorithm.name, c.filter.strategy, c.filter.tiered.enabled))
+    assert len(seen) == 12
+    hydra = compose_with_hydra(base).hydra
+    assert list(hydra.job.config.override_dirname.exclude_keys) == ["experiment"]
+
+
+def test_top_p_sweep():
+    base = [f"{EXP}=[ragen2_math_0.5b,top_p_sweep]", "algorithm=ppo"]
+    swept, jobs = sweep_jobs(base)
+    assert swept == {"filter.value": ["1.0", "0.98", "0.95", "0.9", "0.8", "0.6", "0.4"]}
+    values = []
+    for job in jobs:
+        c = load_config(job)
+        assert_paper_setup(c)
+        assert (c.filter.strategy, c.filter.include_zero) == ("top_p", False)
+        assert c.algorithm.name == "ppo"
+        values.append(c.filter.value)
+    assert values == [1.0, 0.98, 0.95, 0.9, 0.8, 0.6, 0.4]
+
+
+def test_top_p_of_one_drops_only_zero_spread_groups():
+    """What top_p_sweep.yaml says about p = 1.0 (and DAPO's dynamic sampling in dapo.yaml)."""
+    from ragen2.filtering import select_groups
+
+    spread = [0.5, 0.0, 0.1, 0.0, 0.4]
+    assert select_groups(spread, "top_p", 1.0, include_zero=False).tolist() == [0, 2, 4]
+    assert select_groups(spread, "top_p", 1.0, include_zero=True).tolist() == [0, 1, 2, 3, 4]
+    # p < 1: zero-spread groups never enter the prefix either way (0.5 + 0.4 = 0.9 of 1.0)
+    for include_zero in (False, True):
+        assert select_groups(spread, "top_p", 0.9, include_zero=include_zero).tolist() == [0, 4]
+
+
+def _yaml_presets() -> list[tuple[str, str]]:
+    out = []
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        rel = path.relative_to(CONFIGS)
+        if rel.parts != ("config.yaml",):
+            out.append((rel.parent.as_posix(), rel.stem))
+    return out
+
+
+@pytest.mark.parametrize("group,name", _yaml_presets())
+def test_every_preset_composes(group, name):
+    data = yaml.safe_load((CONFIGS / group / f"{name}.yaml").read_text()) or {}
+    if group == "experiment":
+        overrides = [f"{EXP}={name}"]
+    else:
+        overrides = [f"{group}={name}"]
+        if group == "model" and data.get("dtype") == "bfloat16":
+            overrides.append("cluster=gpu_1")  # bf16 is refused on cluster.device=cpu
+    assert isinstance(load_config(overrides), Config)
+
+
+def test_model_presets():
+    c = load_config(["model=qwen2.5_3b", "cluster=gpu_8"])
+    assert (c.model.name, c.model.path, c.model.dtype) == ("hf", "Qwen/Qwen2.5-3B-Instruct",
+                                                           "bfloat16")
+    c = load_config(["model=qwen2.5_0.5b", "cluster=gpu_1"])
+    assert (c.model.name, c.model.path, c.model.dtype) == ("hf", "Qwen/Qwen2.5-0.5B-Instruct",
+                                                           "bfloat16")
+    c = load_config(["model=qwen2.5_0.5b", "model.dtype=float32"])  # runs on the CPU too
+    assert c.cluster.device == "cpu"
+
+
+# Qwen2-0.5B (and Qwen2.5-0.5B) as published: 494,032,768 parameters with its 151,936-token vocab.
+QWEN2_05B_PARAMS = 494_032_768
+
+
+def test_qwen2_half_billion_random_spec():
+    c = load_config(["model=qwen2_0.5b_random", "cluster=gpu_1"])
+    assert (c.model.name, c.model.path, c.model.dtype) == ("tiny", None, "bfloat16")
+    s = c.model.tiny.to_spec()
+    assert (s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads) == (896, 24, 14, 2)
+    assert (s.intermediate_size, s.max_position_embeddings) == (4864, 32768)
+    assert s.tie_word_embeddings and s.rope_theta == 1e6
+    # parameters by hand: per layer q (with bias), k and v (with bias, 2 KV heads of 64), o (no
+    # bias), gate/up/down, two RMSNorms; then the final norm and one tied embedding
+    head_dim = s.hidden_size // s.num_heads
+    kv = s.num_kv_heads * head_dim
+    h = s.hidden_size
+    layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * s.intermediate_size + 2 * h
+    body = s.num_layers * layer + h
+    assert (head_dim, kv, layer, body) == (64, 128, 14_912_384, 357_898_112)
+    assert body + s.vocab_size * h == QWEN2_05B_PARAMS  # vocab_size is Qwen's 151,936 (a bound)
+    # ... and the same count from transformers' own Qwen2 built on the meta device (no memory)
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=s.vocab_size, hidden_size=h,
+                         intermediate_size=s.intermediate_size, num_hidden_layers=s.num_layers,
+                         num_attention_heads=s.num_heads, num_key_value_heads=s.num_kv_heads,
+                         tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config)
+    assert sum(p.numel() for p in model.parameters()) == QWEN2_05B_PARAMS
