@@ -247,6 +247,8 @@ class Controller:
                    "engine": [c.engine.max_new_tokens, list(c.engine.stop)],
                    "learner": [c.cluster.learner_world_size, c.algorithm.micro_batch_size,
                                c.algorithm.grad_clip, c.algorithm.weight_decay, c.model.dtype]}
+        if c.learner.lora.rank:  # adapters are trained instead of the weights
+            payload["lora"] = asdict(c.learner.lora)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def warm_start(self) -> dict[str, float]:

