@@ -1,10 +1,12 @@
 """CUDA-only checks (skipped without a GPU; launch/gpu_check.sh runs them): the HF engine in bf16
-on the GPU, and the cuda_ipc weight sync between two processes sharing one GPU."""
+on the GPU, the cuda_ipc weight sync between two processes sharing one GPU, the FSDP2 learner in
+bf16 on NCCL with its memory options, and flash-attention-2 when installed."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,3 +75,42 @@ def test_cuda_ipc_sync_loads_every_bucket_in_another_process(tiny_model_path):
     assert n > 1
     for k, v in weights.items():
         assert sums[k] == pytest.approx(float(v.double().sum()), rel=1e-6), k
+
+
+CUDA_BF16 = ("cluster.device=cuda", "cluster.backend=nccl", "model.dtype=bfloat16")
+
+
+def _update(path, *overrides):
+    from tests.learner.test_rank import _batch, _rank
+
+    r = _rank(path, *CUDA_BF16, *overrides)
+    try:
+        return r.update(_batch(), step=1)
+    finally:
+        r.shutdown()
+
+
+def test_fsdp2_bf16_update_on_nccl_and_its_memory_options_agree(tiny_model_path):
+    """bf16 compute with fp32 master weights and reduction; activation checkpointing and CPU
+    offload change memory, not the update."""
+    base = _update(tiny_model_path)
+    assert np.isfinite(base["actor/loss"]) and base["actor/grad_norm"] > 0
+    for opt in ("learner.activation_checkpointing=true", "learner.cpu_offload=true"):
+        m = _update(tiny_model_path, opt)
+        for key in ("actor/loss", "actor/grad_norm"):
+            assert m[key] == pytest.approx(base[key], rel=1e-2, abs=1e-4), (opt, key)
+
+
+def test_flash_attention_2_matches_sdpa(tiny_model_path):
+    pytest.importorskip("flash_attn", reason="flash-attn not installed")
+    from tests.learner.test_rank import _rank
+
+    ids = list(range(3, 200))
+    out = {}
+    for impl in ("sdpa", "flash_attention_2"):
+        r = _rank(tiny_model_path, *CUDA_BF16, f"learner.attn_implementation={impl}")
+        try:
+            out[impl] = np.array(r.logprobs(ids))
+        finally:
+            r.shutdown()
+    np.testing.assert_allclose(out["flash_attention_2"], out["sdpa"], atol=5e-2)
