@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -59,17 +60,20 @@ class EnvEntryConfig:
         unknown = sorted(set(raw) - {"id", "kwargs", "share", "format_penalty"})
         if unknown:
             raise ConfigError(f"{key}.{unknown[0]}", raw[unknown[0]], f"unknown key; {allowed}")
+        _check(isinstance(raw.get("kwargs") or {}, Mapping), f"{key}.kwargs", raw.get("kwargs"),
+               "a mapping of constructor kwargs")
         entry = cls(id=raw.get("id") or "", kwargs=dict(raw.get("kwargs") or {}),
                     share=raw.get("share", 1.0), format_penalty=raw.get("format_penalty"))
         _check(isinstance(entry.id, str) and bool(entry.id.strip()), f"{key}.id", entry.id,
                "a Gymnasium env id")
-        _check(isinstance(raw.get("kwargs", {}), Mapping), f"{key}.kwargs", raw.get("kwargs"),
-               "a mapping of constructor kwargs")
         _check(isinstance(entry.share, (int, float)) and not isinstance(entry.share, bool)
-               and entry.share > 0, f"{key}.share", entry.share, "a number > 0 (shares are normalised)")
+               and 0 < entry.share < math.inf, f"{key}.share", entry.share,
+               "a finite number > 0 (shares are normalised)")
         fp = entry.format_penalty
-        _check(fp is None or (isinstance(fp, (int, float)) and not isinstance(fp, bool) and fp <= 0),
-               f"{key}.format_penalty", fp, "a number <= 0 (or absent: rollout.format_penalty)")
+        _check(fp is None or (isinstance(fp, (int, float)) and not isinstance(fp, bool)
+                              and -math.inf < fp <= 0),
+               f"{key}.format_penalty", fp,
+               "a finite number <= 0 (or absent: rollout.format_penalty)")
         return entry
 
 
@@ -387,6 +391,7 @@ class TrainerConfig:
     eval_every: int = 20  # 0 = only before and after RL
     eval_episodes: int = 128
     max_skipped_steps: int = 5
+    max_nonfinite_steps: int = 3  # consecutive updates skipped for a NaN/inf loss or gradient
     keep_checkpoints: int = 2
     log_samples: int = 8  # held-out episodes written as text at each evaluation
     save_rollouts_every: int = 1  # steps between saved rollout batches (rollouts/*.jsonl.gz; 0 = off)
@@ -398,8 +403,8 @@ class TrainerConfig:
     def validate(self, p: str) -> None:
         from ragen2.metrics import SINKS
 
-        _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "keep_checkpoints",
-                  "save_rollouts_max_mb")
+        _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "max_nonfinite_steps",
+                  "keep_checkpoints", "save_rollouts_max_mb")
         _check(self.save_rollouts_every >= 0, f"{p}.save_rollouts_every", self.save_rollouts_every,
                "must be >= 0 (0 = off)")
         for n in ("save_every", "eval_every"):
@@ -489,6 +494,8 @@ class ClusterConfig:
 
     def validate(self, p: str) -> None:
         _positive(self, p, "learner_world_size")
+        _check(self.num_cpus is None or self.num_cpus > 0, f"{p}.num_cpus", self.num_cpus,
+               "null (all of this machine's cores) or > 0")
         _choice(self, p, "device", ("cpu", "cuda"))
         _choice(self, p, "backend", ("gloo", "nccl"))
         _choice(self, p, "layout", ("colocated", "split"))
@@ -512,7 +519,8 @@ class Config:
     sync: SyncConfig = field(default_factory=SyncConfig)
 
     def validate(self) -> None:
-        _check(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        _check_numbers(self)
+        _check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32)")
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):
@@ -565,9 +573,69 @@ def register_schema() -> None:
     ConfigStore.instance().store(name="ragen2_schema", node=Config)
 
 
+def _check_numbers(node: Any, prefix: str = "") -> None:
+    """Every number of the schema is finite and fits in 64 bits (torch and numpy hold it so), and
+    every ``list[str]`` holds strings (OmegaConf lets ``[1, {a: 2}]`` through)."""
+    for f in dataclasses.fields(node):
+        key, v = prefix + f.name, getattr(node, f.name)
+        if dataclasses.is_dataclass(v):
+            _check_numbers(v, key + ".")
+        elif isinstance(v, float):
+            _check(math.isfinite(v), key, v, "a finite number")
+        elif isinstance(v, int) and not isinstance(v, bool):
+            _check(-2**63 <= v < 2**63, key, v, "an integer in [-2**63, 2**63)")
+        elif f.type == "list[str]":
+            for item in v:
+                _check(isinstance(item, str), key, v, "a list of strings")
+
+
+def _tidy(message: str) -> str:
+    """Hydra's or OmegaConf's message without the node details and the config search path."""
+    message = re.sub(r":\n((?:\t.*(?:\n|$))+)",
+                     lambda m: ": " + ", ".join(m.group(1).split()) + "\n", message)
+    lines = [ln.strip() for ln in message.split("Config search path:")[0].splitlines()]
+    return "\n".join(ln for ln in lines if ln.strip("^") and not ln.startswith(
+        ("full_key:", "reference_type=", "object_type=")))
+
+
+def config_error(e: Exception, overrides: Sequence[str] = ()) -> ConfigError:
+    """A Hydra or OmegaConf error (override syntax, wrong type, unknown group option, broken
+    interpolation) as a :class:`ConfigError` naming the key, in a few lines."""
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    given = {ov.lstrip("+~").partition("=")[0]: ov.partition("=")[2] for ov in overrides}
+    oc = e if isinstance(e, OmegaConfBaseException) else e.__cause__
+    detail = str(e)
+    if not isinstance(e, (HydraException, OmegaConfBaseException)):  # Hydra fails on env=[{}]
+        detail = f"not an override Hydra can apply ({type(e).__name__}: {e})"
+    if isinstance(e, OverrideParseException):
+        key, _, value = e.override.lstrip("+~").partition("=")
+        detail = e.message
+    elif isinstance(oc, OmegaConfBaseException) and oc.full_key and (
+            oc is e or detail.startswith("Error merging override")):  # a wrong type, mostly
+        key, value, detail = oc.full_key, given.get(oc.full_key, oc.value), oc.msg or str(oc)
+    else:  # a group option that does not exist, an ambiguous value, a bad + or ~ ...
+        named = [k for k in given if f"'{k}" in detail or f" {k}=" in detail]
+        named = named or (list(given) if len(given) == 1 else [])
+        key = max(named, key=len) if named else "overrides"
+        value = given.get(key, " ".join(overrides))
+    return ConfigError(key, value, _tidy(detail))
+
+
 def to_config(cfg: DictConfig | Config) -> Config:
     """Turn a composed DictConfig into the typed :class:`Config` and run every range check."""
-    typed = cfg if isinstance(cfg, Config) else OmegaConf.to_object(cfg)
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        if not isinstance(cfg, Config):
+            _check_known_keys(OmegaConf.to_container(cfg, resolve=False), _schema_keys(Config()))
+        typed = cfg if isinstance(cfg, Config) else OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
+        raw: Any = OmegaConf.to_container(cfg, resolve=False)
+        for part in (e.full_key or "").split("."):
+            raw = raw.get(part) if isinstance(raw, dict) else None
+        raise config_error(e, [f"{e.full_key}={raw}"] if isinstance(raw, str) else []) from e
     if not isinstance(typed, Config):
         raise TypeError(f"expected a ragen2 Config, got {type(typed).__name__}")
     typed.validate()
@@ -626,12 +694,25 @@ def check_override_keys(overrides: list[str]) -> None:
                 break
         else:
             sub = None
-        if sub is None:
-            continue
-        parent, _, leaf = sub.rpartition(".")
-        siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
-        close = difflib.get_close_matches(leaf, siblings, n=1)
-        hint = f" Did you mean '{(parent + '.') if parent else ''}{close[0]}'?" if close else ""
-        where = f"'{parent}'" if parent else "the top level"
-        raise ConfigError(sub, ov.split("=", 1)[1],
-                          f"unknown key.{hint} Keys allowed under {where}: {', '.join(siblings)}")
+        if sub is not None:
+            raise _unknown_key(keys, sub, ov.split("=", 1)[1])
+
+
+def _unknown_key(keys: Mapping[str, Any], key: str, value: Any) -> ConfigError:
+    parent, _, leaf = key.rpartition(".")
+    siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
+    close = difflib.get_close_matches(leaf, siblings, n=1)
+    hint = f" Did you mean '{(parent + '.') if parent else ''}{close[0]}'?" if close else ""
+    where = f"'{parent}'" if parent else "the top level"
+    return ConfigError(key, value,
+                       f"unknown key.{hint} Keys allowed under {where}: {', '.join(siblings)}")
+
+
+def _check_known_keys(raw: Mapping[str, Any], keys: Mapping[str, Any], prefix: str = "") -> None:
+    """Refuse a key that composition added but the schema lacks (``+trainer.total_stepz=3``)."""
+    for name, value in raw.items():
+        key = f"{prefix}{name}"
+        if key not in keys:
+            raise _unknown_key(keys, key, value)
+        if dataclasses.is_dataclass(keys[key]) and isinstance(value, Mapping):
+            _check_known_keys(value, keys, key + ".")

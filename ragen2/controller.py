@@ -25,6 +25,7 @@ from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
 from ragen2.rollout.envs import EnvEntry, assign, eval_entries, train_entries
+from ragen2.rollout.pool import WorkerPool
 from ragen2.rollout.runner import EpisodeSpec
 from ragen2.rollout.trajectory import Trajectory, collate
 
@@ -37,12 +38,6 @@ class TrainingStopped(RuntimeError):
 
 class EnvFailureError(RuntimeError):
     """More episodes of a step failed inside the env than ``rollout.max_env_error_frac`` allows."""
-
-
-def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
-    """Split into ``parts`` contiguous chunks of near-equal size (some may be empty)."""
-    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
-    return [list(items[bounds[i]:bounds[i + 1]]) for i in range(parts)]
 
 
 def group_rewards(trajs: Sequence[Trajectory]) -> dict[int, list[float]]:
@@ -129,9 +124,10 @@ class Controller:
         self.placement = place(cfg)
         log.info(self.placement.plan.describe())
         worker_cls = ray.remote(RolloutWorker)
-        self.workers = [worker_cls.options(**self.placement.worker_options(i)).remote(
-                            cfg, model_path, i, worker_threads)
-                        for i in range(cfg.rollout.num_workers)]
+        self._synced = False  # whether any weights were pushed (else workers hold model_path's)
+        self.pool = WorkerPool(lambda i: worker_cls.options(**self.placement.worker_options(i))
+                               .remote(cfg, model_path, i, worker_threads),
+                               cfg.rollout.num_workers, on_restart=self._resync)
         self.learners = LearnerGroup(cfg, model_path, learner_threads, self.placement)
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
@@ -155,20 +151,32 @@ class Controller:
         self.version = 0
 
     # --------------------------------------------------------------- rollouts
+    @property
+    def workers(self) -> list[Any]:
+        """The rollout worker actors (a restarted worker replaces its predecessor in place)."""
+        return self.pool.actors
+
     def _gather(self, method: str, specs: list[EpisodeSpec],
                 *args_per_worker: list[Any]) -> tuple[list[Trajectory], dict[str, float]]:
-        """Split ``specs`` over the workers; trajectories in spec order and max wall-time stats."""
-        import ray
+        """Split ``specs`` over the workers; trajectories in spec order, max wall-time stats and
+        ``worker_restarts`` (a worker that died reran its chunk with the same seed and version)."""
+        return self.pool.gather(method, specs, *args_per_worker)
 
-        chunks = split(specs, len(self.workers))
-        refs = [getattr(w, method).remote(chunk, *(a[i] for a in args_per_worker))
-                for i, (w, chunk) in enumerate(zip(self.workers, chunks)) if chunk]
-        trajs, stats = [], {}
-        for part, part_stats in ray.get(refs):
-            trajs.extend(part)
-            for k, v in part_stats.items():
-                stats[k] = max(stats.get(k, 0.0), v)
-        return trajs, stats
+    def _resync(self, index: int, worker: Any) -> None:
+        """Bring a restarted worker to the current policy: weights, version, then the probe.
+
+        Rollouts only run while the learner holds ``self.version`` (updates are followed by a push
+        at once), so exporting the learner again reproduces what the dead worker held.
+        """
+        from ragen2.sync import run_probe
+
+        self.sync.replace_worker(index, worker)
+        if not self._synced:  # nothing pushed yet: the new worker already holds model_path's
+            return
+        self.sync.push(self.version, only=[index])
+        if self.probe is not None:
+            run_probe(self.learners, [worker], self.probe, self.cfg.sync.probe_tolerance,
+                      self.version)
 
     def episode_specs(self, entries: list[EnvEntry], groups: int, group_size: int,
                       seed_of: Any, temperature_of: Any = None) -> list[EpisodeSpec]:
@@ -215,25 +223,36 @@ class Controller:
         return out
 
     def push_weights(self) -> dict[str, float]:
-        """Sync the learner's weights into every engine, then probe that they arrived intact."""
+        """Sync the learner's weights into every engine, then probe that they arrived intact.
+
+        A worker that dies meanwhile is restarted (and re-synced) and the whole push repeated.
+        """
+        from ray.exceptions import RayActorError
+
         from ragen2.sync import run_probe
 
-        t0 = time.perf_counter()
-        if self.cfg.engine.sleep_mode:
-            self._call_workers("wake_up")
-        m = self.sync.push(self.version)
-        m["timing/sync_s"] = time.perf_counter() - t0
-        if self.probe is not None:
-            t1 = time.perf_counter()
-            m.update(run_probe(self.learners, self.workers, self.probe,
-                               self.cfg.sync.probe_tolerance, self.version))
-            m["timing/probe_s"] = time.perf_counter() - t1
-        return m
+        self._synced = True
+        attempt = 0
+        while True:
+            try:
+                t0 = time.perf_counter()
+                if self.cfg.engine.sleep_mode:
+                    self._call_workers("wake_up")
+                m = self.sync.push(self.version)
+                m["timing/sync_s"] = time.perf_counter() - t0
+                if self.probe is not None:
+                    t1 = time.perf_counter()
+                    m.update(run_probe(self.learners, self.workers, self.probe,
+                                       self.cfg.sync.probe_tolerance, self.version))
+                    m["timing/probe_s"] = time.perf_counter() - t1
+                return m
+            except RayActorError:
+                attempt += 1
+                if attempt > self.pool.max_restarts or not self.pool.revive():
+                    raise  # out of restarts, or the actor that died is no rollout worker
 
     def _call_workers(self, method: str) -> None:
-        import ray
-
-        ray.get([getattr(w, method).remote() for w in self.workers])
+        self.pool.call_all(method)
 
     # ------------------------------------------------------------- warm start
     def warm_start_key(self) -> str:
@@ -293,6 +312,7 @@ class Controller:
         rng = np.random.default_rng(ws.seed)
         steps_per_epoch = -(-len(trajs) // ws.batch_size)
         m: dict[str, float] = {}
+        skipped = in_row = 0  # warm-start steps skipped for a nan/inf loss or gradient
         with tqdm(total=ws.epochs * steps_per_epoch, desc="warm start", unit="step",
                   dynamic_ncols=True) as bar:
             for _ in range(ws.epochs):
@@ -300,10 +320,18 @@ class Controller:
                 for i in range(steps_per_epoch):
                     rows = np.sort(perm[i * ws.batch_size:(i + 1) * ws.batch_size])
                     m = self.learners.sft_step(batch_ref, rows, ws.lr)
+                    skipped += m["warm_start/nonfinite_skipped"]
+                    in_row = count_nonfinite(
+                        in_row, m["warm_start/nonfinite_skipped"] > 0,
+                        self.cfg.trainer.max_nonfinite_steps, f"warm-start step {bar.n + 1}",
+                        "warm_start/nonfinite_skipped",
+                        "lower trainer.warm_start.lr, set a smaller algorithm.grad_clip, or train in "
+                        "model.dtype=float32")
                     bar.set_postfix(loss=f"{m['warm_start/loss']:.3f}",
                                     acc=f"{m['warm_start/token_acc']:.3f}", refresh=False)
                     bar.update()
-        return {**m, "warm_start/demo_success": demo["warm_start/demo/success"]}
+        return {**m, "warm_start/nonfinite_skipped": skipped,
+                "warm_start/demo_success": demo["warm_start/demo/success"]}
 
     # ------------------------------------------------------------------ a step
     def train_step(self, step: int) -> tuple[dict[str, float], bool]:
@@ -315,6 +343,7 @@ class Controller:
         t_roll = time.perf_counter() - t0
         check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"step {step}")
         metrics = rollout_metrics(trajs, "rollout", per_env=len(self.train_envs) > 1)
+        metrics["rollout/worker_restarts"] = stats["worker_restarts"]
         self.health["train_success"] = (self.health["train_success"] + [metrics["rollout/success"]])[-5:]
         trajs = [t for t in trajs if t.env_error is None]  # counted above, never trained on
         if self.monitor is not None and self.monitor.due(step):  # on the unfiltered batch
@@ -387,9 +416,30 @@ class Controller:
 
     # ------------------------------------------------------------ checkpoints
     def save(self, step: int, state: dict[str, Any]) -> Path:
-        tmp = checkpoint.begin(self.run_dir, step)
-        self.learners.call("save", str(tmp))
-        final = checkpoint.commit(tmp, step, {**state, "step": step, "policy_version": self.version})
+        """Write the checkpoint of ``step`` atomically (see :mod:`ragen2.learner.checkpoint`).
+
+        On any failure the temporary directory is removed (as far as the disk allows); a write
+        error (disk full, read-only, ...) here or on a learner rank becomes
+        :class:`checkpoint.CheckpointWriteError`. The previous checkpoint and ``latest.json`` stay.
+        """
+        tmp = None
+        try:
+            tmp = checkpoint.begin(self.run_dir, step)
+            self.learners.call("save", str(tmp))
+            final = checkpoint.commit(tmp, step,
+                                      {**state, "step": step, "policy_version": self.version})
+        except BaseException as e:
+            if tmp is not None:
+                checkpoint.discard(tmp)
+            if not isinstance(e, OSError):  # (a rank's OSError comes back from Ray as one too)
+                raise
+            prev = checkpoint.latest(self.run_dir)
+            raise checkpoint.CheckpointWriteError(
+                f"writing the step {step} checkpoint into {checkpoint.checkpoint_root(self.run_dir)} "
+                f"failed: {getattr(e, 'cause', e)}; " +
+                (f"the previous checkpoint {prev.name} is intact: free space (or fix permissions) "
+                 "and rerun with trainer.resume=true" if prev else "there is no earlier checkpoint")
+            ) from e
         checkpoint.prune(self.run_dir, self.cfg.trainer.keep_checkpoints)
         return final
 
@@ -406,12 +456,29 @@ class Controller:
         self.health = state["health"]
 
     def shutdown(self) -> None:
-        import ray
-
         self.learners.shutdown()
-        for w in self.workers:
-            ray.kill(w)
+        self.pool.shutdown()
         self.placement.remove()
+
+
+NONFINITE_ADVICE = ("lower algorithm.lr, set a smaller algorithm.grad_clip, check the env's rewards "
+                    "for nan/inf (rollout/reward_mean), or train in model.dtype=float32")
+
+
+def count_nonfinite(in_row: int, skipped: bool, limit: int, where: str, key: str,
+                    advice: str = NONFINITE_ADVICE) -> int:
+    """Consecutive updates skipped whole for a non-finite loss or gradient norm, this one included.
+
+    ``skipped``: this update applied no optimiser step (``key`` counts the skipped ones). Raises
+    :class:`TrainingStopped` when the count reaches ``limit`` (``trainer.max_nonfinite_steps``).
+    """
+    in_row = in_row + 1 if skipped else 0
+    if in_row >= limit:
+        raise TrainingStopped(
+            f"{where}: {in_row} consecutive updates skipped for a non-finite (nan/inf) loss or "
+            f"gradient norm ({key}; trainer.max_nonfinite_steps={limit}), weights and optimizer "
+            f"left as they were and not checkpointed: {advice}")
+    return in_row
 
 
 def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
@@ -450,8 +517,17 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                   f"({tr.eval_episodes} episodes)", flush=True)
             logger.log(0, row)
 
+        save_pending = False
         for step in range(start + 1, tr.total_steps + 1):
             m, trained = ctl.train_step(step)
+            if trained:  # the learner skips a mini-batch whose loss or gradient is nan/inf
+                try:
+                    state["nonfinite_in_row"] = count_nonfinite(
+                        state.get("nonfinite_in_row", 0), m["actor/optimizer_steps"] == 0,
+                        tr.max_nonfinite_steps, f"step {step}", "actor/nonfinite_skipped")
+                except TrainingStopped:
+                    logger.log(step, m)
+                    raise
             state["skipped_in_row"] = 0 if trained else state["skipped_in_row"] + 1
             state["skipped_total"] += 0 if trained else 1
             m["filter/skipped_steps"] = state["skipped_total"]
@@ -467,9 +543,20 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 m.update(ctl.diagnose(m["eval/success"]))
                 state["eval_last"] = m["eval/success"]
             logger.log(step, m)
-            if step == tr.total_steps or (tr.save_every and step % tr.save_every == 0):
+            save_pending |= step == tr.total_steps or bool(tr.save_every and step % tr.save_every == 0)
+            if save_pending and m.get("actor/nonfinite_skipped", 0) > 0:
+                # never checkpoint a step whose update met a nan/inf: wait for a clean one
+                log.warning("step %d: checkpoint postponed, %d optimizer step(s) skipped for a "
+                            "non-finite loss or gradient (latest checkpoint: %s)", step,
+                            m["actor/nonfinite_skipped"], checkpoint.latest(run_dir))
+            elif save_pending:
                 state["controller"] = ctl.state_dict()
                 ctl.save(step, state)
+                save_pending = False
+        if save_pending:
+            log.warning("no checkpoint after step %d: its update skipped optimizer steps for a "
+                        "non-finite loss or gradient (latest checkpoint: %s)", tr.total_steps,
+                        checkpoint.latest(run_dir))
         summary = {"eval_before": state.get("eval_before"), "eval_after": state.get("eval_last"),
                    "steps": tr.total_steps, "seed": cfg.seed,
                    "wall_s": time.perf_counter() - t_start}

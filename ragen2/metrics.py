@@ -33,13 +33,22 @@ def _clean(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _row(line: str) -> dict | None:
+    """One metrics row, or None for a blank line or one torn by a kill mid-write."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
 @SINKS.register("jsonl")
 class JsonlSink:
     def __init__(self, run_dir: Path, resume_step: int | None = None, **_: Any) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
             keep = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
+                    if (row := _row(ln)) is not None and row.get("step", 0) <= resume_step]
             tmp = self.path.with_suffix(".jsonl.tmp")
             tmp.write_text("".join(ln + "\n" for ln in keep))
             os.replace(tmp, self.path)

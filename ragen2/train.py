@@ -6,27 +6,71 @@ hands over to the controller. The run directory is Hydra's output dir (``hydra.r
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from ragen2.config import (Config, ConfigError, check_override_keys, normalize_overrides,
-                           register_schema, to_config)
+from ragen2.config import (Config, ConfigError, check_override_keys, config_error,
+                           normalize_overrides, register_schema, to_config)
 
 CONFIG_MODULE = "ragen2_configs"
+MIN_FREE_BYTES = 100 * 2**20  # a run directory with less free space is refused before training
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 log = logging.getLogger("ragen2")
 
 
-def load_config(overrides: Sequence[str] = ()) -> Config:
-    """Compose ``configs/config.yaml`` with overrides and validate it (for tests and notebooks)."""
+class RunDirError(RuntimeError):
+    """The run directory cannot be created or written, or its disk is (nearly) full."""
+
+
+def check_run_dir(run_dir: str | Path, min_free: int = MIN_FREE_BYTES) -> None:
+    """Create ``run_dir``, write + fsync + delete a probe file and require ``min_free`` bytes free."""
+    path = Path(run_dir).absolute()
+    probe = path / f".ragen2-write-probe-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"ragen2")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise RunDirError(f"run directory {path} is not writable: {e.strerror or e}; choose "
+                          "another with hydra.run.dir=<dir>") from e
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+    free = shutil.disk_usage(path).free
+    if free < min_free:
+        raise RunDirError(f"run directory {path} has only {free / 2**20:.1f} MiB free (at least "
+                          f"{min_free / 2**20:.0f} MiB needed for logs and checkpoints): free "
+                          "space or choose another with hydra.run.dir=<dir>")
+
+
+def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> Config:
+    """Compose ``configs/config.yaml`` with overrides and validate it (for tests and notebooks).
+
+    Every bad override (unknown key, wrong type, bad syntax, out of range) raises
+    :class:`ConfigError`.
+    """
     from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     check_override_keys(list(overrides))
     register_schema()
+    overrides = normalize_overrides(list(overrides))
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=normalize_overrides(list(overrides))))
+        try:
+            cfg = compose(config_name=config_name, overrides=overrides)
+        except (HydraException, OmegaConfBaseException, ValueError, TypeError) as e:
+            raise config_error(e, overrides) from e  # ValueError, TypeError: env=null, env=[{}]
+        return to_config(cfg)
 
 
 def resolve_model_path(cfg: Config) -> str:
@@ -61,13 +105,14 @@ def ensure_ray(cfg: Config) -> None:
 
 
 def train(cfg: Config, run_dir: str | Path) -> dict:
-    """Validate the env and model, then run training in ``run_dir`` (usable without Hydra)."""
+    """Validate the run dir, env and model, then run training in ``run_dir`` (usable without Hydra)."""
     from ragen2.controller import run
     from ragen2.rollout.envs import all_entries, probe_env
 
     from ragen2.cluster import (check_hardware, check_hardware_on_cluster, cluster_nodes,
                                 plan_placement)
 
+    check_run_dir(run_dir)  # before Ray or any model: a bad run dir fails in a second
     for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
         probe_env(entry)
     if cfg.cluster.address is None:
@@ -90,6 +135,7 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     from hydra.core.hydra_config import HydraConfig
 
     from ragen2.controller import EnvFailureError, TrainingStopped
+    from ragen2.learner.checkpoint import CheckpointWriteError, latest
     from ragen2.rollout.envs import EnvSpecError
     from ragen2.cluster import HardwareError, PlacementError
     from ragen2.sync import WeightSyncError
@@ -99,12 +145,41 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     except ConfigError as e:
         _fail(str(e))
     logging.getLogger("ragen2").setLevel(logging.INFO)
+    run_dir = HydraConfig.get().runtime.output_dir
     try:
-        train(typed, HydraConfig.get().runtime.output_dir)
-    except (EnvSpecError, FileNotFoundError, HardwareError, PlacementError) as e:
+        train(typed, run_dir)
+    except (EnvSpecError, FileNotFoundError, HardwareError, PlacementError, RunDirError) as e:
         _fail(str(e))
-    except (EnvFailureError, TrainingStopped, WeightSyncError) as e:  # stopped itself, with a reason
-        _fail(str(e), code=1)
+    except (EnvFailureError, TrainingStopped, WeightSyncError, CheckpointWriteError) as e:
+        _fail(str(e), code=1)  # stopped itself, with a reason
+    except OSError as e:  # the disk filled up (or turned read-only) during the run
+        cause = getattr(e, "cause", e)
+        if getattr(cause, "errno", None) not in DISK_ERRORS:
+            raise
+        ckpt = latest(run_dir)
+        _fail(f"writing into {run_dir} failed: {cause}; the run stopped. Latest checkpoint: "
+              f"{ckpt.name if ckpt else 'none'} (free space, then rerun with trainer.resume=true)",
+              code=1)
+
+
+def check_command_line(argv: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` for any bad override before Hydra starts (Hydra would print its
+    own message and exit 1): a single run composes and validates the whole config here, a sweep
+    (``-m``) or a config from another directory only has its overrides parsed."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args = get_args_parser().parse_args(list(argv))
+    if not (args.multirun or args.config_path or args.config_dir or args.help or args.hydra_help
+            or args.info or args.shell_completion or args.experimental_rerun):
+        load_config(args.overrides, config_name=args.config_name or "config")
+        return
+    check_override_keys(args.overrides)
+    try:
+        OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException as e:
+        raise config_error(e, args.overrides) from e
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -112,9 +187,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        check_override_keys([a for a in argv if not a.startswith("-")])
+        check_command_line(argv)
     except ConfigError as e:
         _fail(str(e))
+    for a in argv:  # Hydra creates the run dir itself, with a traceback if it cannot
+        if a.startswith("hydra.run.dir=") and "${" not in a:
+            try:
+                check_run_dir(a.split("=", 1)[1])
+            except RunDirError as e:
+                _fail(str(e))
     register_schema()
     sys.argv = [sys.argv[0], *normalize_overrides(argv)]
     hydra.main(config_path=f"pkg://{CONFIG_MODULE}", config_name="config", version_base="1.3")(_hydra_main)()

@@ -2,18 +2,26 @@
 
 A checkpoint is first written to ``step_XXXXXX.tmp-<pid>``, fsynced, then renamed into place; the
 ``latest`` file is replaced atomically afterwards. A crash at any moment leaves either the old
-or the new checkpoint complete, never a half-written one that resume would pick.
+or the new checkpoint complete, never a half-written one that resume would pick: only a
+``step_XXXXXX`` directory whose trainer state parses counts, a damaged ``latest.json`` falls back to
+scanning, and a directory being replaced or pruned loses its trainer state first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 STATE_FILE = "trainer_state.json"
+_NAME = re.compile(r"step_\d{6,}")
+
+
+class CheckpointWriteError(RuntimeError):
+    """Writing a checkpoint failed (disk full, read-only, ...); the previous one is intact."""
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
@@ -31,6 +39,11 @@ def begin(run_dir: str | Path, step: int) -> Path:
     return tmp
 
 
+def discard(tmp: Path) -> None:
+    """Remove an unfinished temporary checkpoint, as far as possible (a full disk may refuse)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -41,11 +54,15 @@ def _fsync_dir(path: Path) -> None:
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def commit(tmp: Path, step: int, trainer_state: dict[str, Any]) -> Path:
@@ -56,23 +73,39 @@ def commit(tmp: Path, step: int, trainer_state: dict[str, Any]) -> Path:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)
     final = tmp.parent / f"step_{step:06d}"
-    if final.exists():  # an older run wrote this step: replace it
-        shutil.rmtree(final)
+    old = None
+    if final.exists():  # an older run wrote this step: move it aside (atomic), delete it after
+        old = final.with_name(f"{final.name}.tmp-old-{os.getpid()}")
+        os.rename(final, old)
     os.rename(tmp, final)
     _fsync_dir(tmp.parent)
     write_json_atomic(tmp.parent / "latest.json", {"step": step, "dir": final.name})
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+def _complete(ckpt: Path) -> bool:
+    """A renamed-into-place checkpoint whose trainer state parses."""
+    if not _NAME.fullmatch(ckpt.name):
+        return False
+    try:
+        return isinstance(json.loads((ckpt / STATE_FILE).read_text()), dict)
+    except (OSError, ValueError):
+        return False
+
+
 def latest(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint, or None. Temporary leftovers are ignored."""
+    """The newest complete checkpoint, or None. Temporary leftovers are ignored; a missing,
+    damaged or dangling ``latest.json`` falls back to the newest complete ``step_*`` directory."""
     root = checkpoint_root(run_dir)
-    pointer = root / "latest.json"
-    if pointer.exists():
-        target = root / json.loads(pointer.read_text())["dir"]
-        if (target / STATE_FILE).exists():
+    try:
+        target = root / json.loads((root / "latest.json").read_text())["dir"]
+        if target.parent == root and _complete(target):
             return target
-    done = sorted(p for p in root.glob("step_*") if ".tmp" not in p.name and (p / STATE_FILE).exists())
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    done = sorted((p for p in root.glob("step_*") if _complete(p)), key=lambda p: int(p.name[5:]))
     return done[-1] if done else None
 
 
@@ -81,10 +114,15 @@ def read_state(ckpt: Path) -> dict[str, Any]:
 
 
 def prune(run_dir: str | Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints (and stale temporaries)."""
+    """Delete all but the newest ``keep`` complete checkpoints (and stale temporaries).
+
+    A pruned checkpoint loses its trainer state first, so a crash mid-deletion leaves nothing
+    that :func:`latest` would take for complete."""
     root = checkpoint_root(run_dir)
     for p in root.glob("step_*.tmp-*"):
         shutil.rmtree(p, ignore_errors=True)
-    done = sorted(p for p in root.glob("step_*") if ".tmp" not in p.name)
+    done = sorted((p for p in root.glob("step_*") if _NAME.fullmatch(p.name)),
+                  key=lambda p: int(p.name[5:]))
     for p in done[:-keep] if keep > 0 else []:
+        (p / STATE_FILE).unlink(missing_ok=True)
         shutil.rmtree(p, ignore_errors=True)

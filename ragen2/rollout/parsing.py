@@ -1,13 +1,17 @@
-"""Parsing ``<think>...</think><answer>...</answer>`` responses."""
+"""Parsing ``<think>...</think><answer>...</answer>`` responses.
+
+Both functions run in time linear in the response length, whatever the model wrote: each block is
+found with ``str.find`` (a single regex with two lazy groups accepts the same responses but
+backtracks quadratically on output like ``<think>`` + ``</think><answer></answer>x`` x 8000).
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-_RESPONSE = re.compile(r"^\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*$", re.DOTALL)
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-_THINK = re.compile(r"^\s*<think>(.*?)</think>", re.DOTALL)
+_SPACE = re.compile(r"\s*")  # nothing follows it, so it never backtracks
 
 
 @dataclass(frozen=True)
@@ -20,28 +24,40 @@ class ParsedResponse:
         return self.answer is not None
 
 
+def _block(text: str, pos: int, tag: str) -> tuple[str, int] | None:
+    """``(content, end)`` of the ``<tag>`` block opening at ``pos`` (after any whitespace) and
+    closed by the first ``</tag>`` after it; ``end`` is the index just past that closing tag."""
+    start = _SPACE.match(text, pos).end()
+    if not text.startswith(f"<{tag}>", start):
+        return None
+    body = start + len(tag) + 2
+    close = text.find(f"</{tag}>", body)
+    return None if close < 0 else (text[body:close], close + len(tag) + 3)
+
+
 def parse_response(text: str, eos_text: str | None = None) -> ParsedResponse:
     """Split a response into its reasoning and its action.
 
     The whole response (an EOS marker at its end excepted) must be exactly one ``<think>`` block
     followed by one ``<answer>`` block, neither containing a nested tag, and the answer must not be
-    empty. Otherwise both fields are ``None`` and the turn gets the format penalty.
+    empty. Otherwise both fields are ``None`` and the turn gets the format penalty. Whitespace
+    before, between and after the blocks is allowed; both fields come back stripped.
     """
     if eos_text and text.endswith(eos_text):
         text = text[: -len(eos_text)]
-    m = _RESPONSE.match(text)
-    if m is None:
+    think = _block(text, 0, "think")
+    answer = _block(text, think[1], "answer") if think else None
+    if think is None or answer is None or _SPACE.match(text, answer[1]).end() != len(text):
         return ParsedResponse(None, None)
-    think, answer = m.group(1), m.group(2).strip()
-    if not answer or any(t in think or t in answer for t in _TAGS):
+    if any(t in think[0] or t in answer[0] for t in _TAGS) or not answer[0].strip():
         return ParsedResponse(None, None)
-    return ParsedResponse(think.strip(), answer)
+    return ParsedResponse(think[0].strip(), answer[0].strip())
 
 
 def leading_think(text: str) -> str | None:
     """The reasoning of a response that opens with a closed ``<think>`` block, even when the rest
     does not parse (the MI monitor and the saved rollouts look at reasoning, not at the format)."""
-    m = _THINK.match(text)
-    if m is None or "<think>" in m.group(1):
+    think = _block(text, 0, "think")
+    if think is None or "<think>" in think[0]:
         return None
-    return m.group(1).strip()
+    return think[0].strip()

@@ -24,8 +24,13 @@ if TYPE_CHECKING:  # pragma: no cover
 class WeightSync(Protocol):
     """Pushes the learner's current weights to every rollout worker and sets their version."""
 
-    def push(self, version: int) -> dict[str, float]:
-        """Move the weights; returns ``sync/*`` metrics (buckets, megabytes)."""
+    def push(self, version: int, only: Sequence[int] | None = None) -> dict[str, float]:
+        """Move the weights (into workers ``only``, by index, if given; a strategy that must
+        reach every worker at once may send to all); returns ``sync/*`` metrics."""
+        ...
+
+    def replace_worker(self, index: int, worker: Any) -> None:
+        """Worker ``index`` was restarted: later pushes go to the new actor."""
         ...
 
 

@@ -86,17 +86,21 @@ class CudaIpcSync:
         self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
         self.dtype = cfg.model.dtype
 
-    def push(self, version: int) -> dict[str, float]:
+    def push(self, version: int, only: Sequence[int] | None = None) -> dict[str, float]:
         import ray
 
+        targets = self.workers if only is None else [self.workers[i] for i in only]
         n = 0
         while True:
             shares = self.learners.run(share_next_bucket, self.bucket_bytes, self.dtype, n == 0)
             if shares[0] is None:
                 break
             by_gpu = {s[0]: s for s in shares}
-            ray.get([w.run.remote(load_shared_bucket, by_gpu) for w in self.workers])
+            ray.get([w.run.remote(load_shared_bucket, by_gpu) for w in targets])
             n += 1
         self.learners.run(share_next_bucket, self.bucket_bytes, self.dtype, False)  # free buffers
-        ray.get([w.run.remote(finish, version) for w in self.workers])
+        ray.get([w.run.remote(finish, version) for w in targets])
         return {"sync/buckets": float(n)}
+
+    def replace_worker(self, index: int, worker: Any) -> None:
+        self.workers[index] = worker

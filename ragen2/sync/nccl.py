@@ -126,7 +126,8 @@ class CollectiveSync:
         ray.get(refs)
         self.layout = self.learners.run(weight_layout, self.bucket_bytes, self.device, self.dtype)[0]
 
-    def push(self, version: int) -> dict[str, float]:
+    def push(self, version: int, only: Sequence[int] | None = None) -> dict[str, float]:
+        """Every engine takes part in each broadcast, so ``only`` is ignored: all receive."""
         import ray
 
         if self.layout is None:
@@ -137,3 +138,8 @@ class CollectiveSync:
                  for w in self.workers]
         n = ray.get(refs)[0]
         return {"sync/buckets": float(n)}
+
+    def replace_worker(self, index: int, worker: Any) -> None:
+        """The group lost a member: the next push forms a new one (every process joins again)."""
+        self.workers[index] = worker
+        self.layout = None

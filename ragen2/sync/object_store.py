@@ -41,9 +41,13 @@ class ObjectStoreSync:
         self.learners, self.workers = learners, list(workers)
         self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
 
-    def push(self, version: int) -> dict[str, float]:
+    def push(self, version: int, only: Sequence[int] | None = None) -> dict[str, float]:
         import ray
 
         refs = self.learners.run(put_buckets, self.bucket_bytes)[0]
-        ray.get([w.run.remote(load_buckets, refs, version) for w in self.workers])
+        targets = self.workers if only is None else [self.workers[i] for i in only]
+        ray.get([w.run.remote(load_buckets, refs, version) for w in targets])
         return {"sync/buckets": float(len(refs))}
+
+    def replace_worker(self, index: int, worker: Any) -> None:
+        self.workers[index] = worker

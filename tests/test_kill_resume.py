@@ -1,0 +1,122 @@
+"""``kill -9`` of a training run's process group, then ``trainer.resume=true``: the same run goes on.
+
+The CLI runs in a session of its own; once step 2 is logged, SIGKILL goes to its process group.
+That group holds the driver and the local Ray it started (GCS, raylet, monitors: Ray starts them
+with the kernel's parent-death signal too). Ray's worker processes (learner ranks, rollout
+workers) are started by the raylet in process groups of their own, so the signal does not reach
+them: they exit when they see their raylet die (Ray checks every second). Every process of the run
+is found by a tag in its environment, which each process the run starts inherits, Ray's included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.test_e2e import small
+
+pytestmark = pytest.mark.slow
+psutil = pytest.importorskip("psutil")
+
+TAG = "RAGEN2_TEST_RUN_TAG"
+
+
+def _cli(tiny_model_path: str, run_dir: Path, tag: str, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "ragen2.train",
+           *small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=1"),
+           f"hydra.run.dir={run_dir}", *extra]
+    with open(f"{run_dir}.log", "a") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "RAY_AUTH_MODE": "disabled", TAG: tag})
+
+
+def _finish(p: subprocess.Popen, run_dir: Path, timeout: float = 600) -> None:
+    assert p.wait(timeout) == 0, Path(f"{run_dir}.log").read_text()[-3000:]
+
+
+def _rows(run_dir: Path) -> dict[int, dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, filter(str.strip, lines))}
+
+
+def _logged_steps(run_dir: Path) -> list[int]:
+    """Steps in metrics.jsonl so far (a line being written is skipped)."""
+    steps = []
+    if (run_dir / "metrics.jsonl").exists():
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                steps.append(json.loads(line)["step"])
+            except (ValueError, KeyError):
+                pass
+    return steps
+
+
+def _processes(tag: str) -> list:
+    """Live processes whose environment carries ``tag`` (the run's driver, Ray, its workers)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(TAG) == tag and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return out
+
+
+def _describe(procs: list) -> list[str]:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid} {p.name()} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def _comparable(row: dict) -> dict:
+    return {k: v for k, v in row.items()
+            if not k.startswith("timing/") and k not in ("warm_start/cached",)}
+
+
+def test_kill_9_then_resume_continues_the_same_run(tiny_model_path, tmp_path):
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    _finish(_cli(tiny_model_path, reference, uuid.uuid4().hex), reference)
+
+    tag = uuid.uuid4().hex
+    p = _cli(tiny_model_path, run, tag)
+    try:
+        deadline = time.monotonic() + 600
+        while max(_logged_steps(run), default=0) < 2:
+            assert p.poll() is None, Path(f"{run}.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "step 2 never logged"
+            time.sleep(0.2)
+        before = _processes(tag)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert len(before) > 3, _describe(before)  # the driver, Ray's daemons, learners, workers
+
+    # nothing of the killed run survives it (Ray's workers follow their raylet within seconds)
+    deadline = time.monotonic() + 30
+    while (alive := _processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not alive, f"processes of the killed run survive it: {_describe(alive)}"
+
+    _finish(_cli(tiny_model_path, run, uuid.uuid4().hex, "trainer.resume=true"), run)
+    full, resumed = _rows(reference), _rows(run)
+    assert sorted(resumed) == [0, 1, 2, 3, 4]
+    for step in range(5):
+        a, b = _comparable(full[step]), _comparable(resumed[step])
+        assert a.keys() == b.keys(), (step, a.keys() ^ b.keys())
+        bad = {k: (a[k], b[k]) for k in a if abs(a[k] - b[k]) > 1e-6}
+        assert not bad, f"step {step}: {bad}"
