@@ -44,6 +44,18 @@ def hf_engine(tiny_model_path):
 
 
 @pytest.fixture(scope="session")
+def four_steps(ray_session, tiny_model_path, tmp_path_factory):
+    """One uninterrupted 4-step run of tests.test_e2e's small config (the reference of the resume
+    tests, in-process and through the CLI after kill -9)."""
+    from ragen2.train import load_config, train
+    from tests.test_e2e import small
+
+    run_dir = tmp_path_factory.mktemp("four")
+    train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2")), run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     import ray
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,13 +29,6 @@ def rows(run_dir: Path) -> dict[int, dict]:
 
 def without_timing(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("timing/")}
-
-
-@pytest.fixture(scope="module")
-def four_steps(ray_session, tiny_model_path, tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("four")
-    train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2")), run_dir)
-    return run_dir
 
 
 def test_four_steps_log_metrics_and_checkpoint(four_steps):
@@ -86,24 +76,6 @@ def test_stale_batch_is_refused(ray_session, tiny_model_path):
             group.update(ray.put(batch), 1)
     finally:
         group.shutdown()
-
-
-def test_cli_two_steps(tmp_path):
-    """The issue's command, as a user runs it (own Ray, own process)."""
-    cmd = [sys.executable, "-m", "ragen2.train", "seed=1", "trainer.total_steps=2",
-           "rollout.env_groups=2", "rollout.group_size=2", f"hydra.run.dir={tmp_path}",
-           "trainer.warm_start.episodes=32", "trainer.eval_episodes=8"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400,
-                       env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    steps = rows(tmp_path)
-    assert {1, 2} <= set(steps)
-    for s in (1, 2):
-        assert any(k.startswith("rollout/") for k in steps[s])
-        assert any(k.startswith("actor/") for k in steps[s])
-        assert any(k.startswith("timing/") for k in steps[s])
-    assert "held-out success before RL" in r.stdout
-    assert (tmp_path / "summary.json").exists()
 
 
 def test_ppo_with_critic_and_kl_to_reference(ray_session, tiny_model_path, tmp_path):

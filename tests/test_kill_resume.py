@@ -86,9 +86,10 @@ def _comparable(row: dict) -> dict:
             if not k.startswith("timing/") and k not in ("warm_start/cached",)}
 
 
-def test_kill_9_then_resume_continues_the_same_run(tiny_model_path, tmp_path):
-    reference, run = tmp_path / "reference", tmp_path / "run"
-    _finish(_cli(tiny_model_path, reference, uuid.uuid4().hex), reference)
+def test_kill_9_then_resume_continues_the_same_run(four_steps, tiny_model_path, tmp_path):
+    """The reference is the uninterrupted in-process run of the same config (``four_steps``); the
+    killed and the resumed runs go through the CLI as a user runs them."""
+    reference, run = four_steps, tmp_path / "run"
 
     tag = uuid.uuid4().hex
     p = _cli(tiny_model_path, run, tag)
@@ -113,6 +114,9 @@ def test_kill_9_then_resume_continues_the_same_run(tiny_model_path, tmp_path):
     assert not alive, f"processes of the killed run survive it: {_describe(alive)}"
 
     _finish(_cli(tiny_model_path, run, uuid.uuid4().hex, "trainer.resume=true"), run)
+    out = Path(f"{run}.log").read_text()
+    assert "held-out success before RL" in out and "after RL" in out
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
     full, resumed = _rows(reference), _rows(run)
     assert sorted(resumed) == [0, 1, 2, 3, 4]
     for step in range(5):
