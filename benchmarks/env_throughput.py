@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import tempfile

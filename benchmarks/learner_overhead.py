@@ -20,7 +20,8 @@ forwards and backwards. One update from the same weights must give the same weig
   train`` runs on 2 cores): wall time of an update (the slower rank) over the world-1 plain
   loop's wall time. Ideal data parallelism on two cores would give 0.5: each rank does half the
   rows; FSDP2's all-gathers and reduce-scatters over gloo and the smaller per-rank batches
-  make up the rest.
+  make up the rest. ``world1.ragen2_update_all_cores_s`` (one rank, one thread per core) is the
+  other way to use the same cores.
 
 Usage::
 
@@ -30,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -151,10 +153,16 @@ def world1(s: dict) -> dict:
         else:
             ours.append(t_ours)
             base.append(t_base)
+    torch.set_num_threads(os.cpu_count() or 1)  # for comparison with world size 2: all cores
+    all_cores = []
+    for r in range(s["repeats"] + 1):
+        batch["policy_version"][:] = rank.version
+        all_cores.append(common.timed(lambda: rank.update(batch, step=1))[1])
     rank.shutdown()
     med = lambda xs, i: common.median([x[i] for x in xs])  # noqa: E731
     return {"ragen2_update_s": med(ours, 0), "plain_update_s": med(base, 0),
             "ragen2_update_cpu_s": med(ours, 1), "plain_update_cpu_s": med(base, 1),
+            "ragen2_update_all_cores_s": common.median(all_cores[1:]),
             "max_weight_diff": diff, "threads": 1,
             "samples": {"ragen2_update_s": ours, "plain_update_s": base}}
 

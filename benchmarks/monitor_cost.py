@@ -70,9 +70,8 @@ def growth(s: dict) -> dict:
         monitor = MIMonitor(every=1, max_negatives=k, permutations=cfg.monitor.permutations)
         times = {}
         for n, trajs in batches.items():
-            times[n] = common.median([
-                common.cpu_timed(lambda: monitor.measure(trajs, tokenizer, scorer, 1))[1]
-                for _ in range(s["repeats"])])
+            run = lambda m=monitor, b=trajs: m.measure(b, tokenizer, scorer, 1)  # noqa: E731
+            times[n] = common.median([common.cpu_timed(run)[1] for _ in range(s["repeats"])])
             print(f"  max_negatives={k} groups={n}: {times[n]:.3f} s", flush=True)
         out[f"max_negatives={k}"] = {"seconds": {str(n): t for n, t in times.items()},
                                      "exponent": common.fit_exponent(list(times), list(times.values()))}

@@ -67,10 +67,10 @@ def _replay_hf(engine, calls) -> tuple[float, list[list[int]]]:
         for i, p in enumerate(prompts):
             x[i, width - len(p):] = torch.as_tensor(list(p))
             mask[i, width - len(p):] = 1
-        kwargs = dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0,
-                      max_new_tokens=params.max_new_tokens, pad_token_id=pad,
-                      eos_token_id=tok.eos_token_id, output_logits=True,
-                      return_dict_in_generate=True)
+        kwargs = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
+                  "top_k": 0, "max_new_tokens": params.max_new_tokens, "pad_token_id": pad,
+                  "eos_token_id": tok.eos_token_id, "output_logits": True,
+                  "return_dict_in_generate": True}
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
         t0 = time.perf_counter()

@@ -61,6 +61,10 @@ def one_size(hidden: int, layers: int, repeats: int) -> dict:
     ray.get(worker.policy_version.remote())
     weights = rank.policy_weights()
     dst = {k: np.ones_like(a) for k, a in weights.items()}  # touched: no page faults when timed
+
+    def copy_all() -> None:
+        for k, a in weights.items():
+            np.copyto(dst[k], a)
     mb = sum(v.nbytes for v in weights.values()) / 2**20
     params = sum(v.size for v in weights.values())
     bucket = int(cfg.sync.bucket_mb * 2**20)
@@ -74,12 +78,14 @@ def one_size(hidden: int, layers: int, repeats: int) -> dict:
 
     put, put_cpu, load, inner, load_cpu, copy = [], [], [], [], [], []
     for v in range(1, repeats + 2):  # version 1 is the warm-up
-        c0 = time.process_time()
-        refs, t_put = common.timed(lambda: put_buckets(rank, bucket))
-        c_put = time.process_time() - c0
-        (t_inner, c_load), t_load = common.timed(lambda: ray.get(worker.run.remote(timed_load, refs, v)))
+        t0, c0 = time.perf_counter(), time.process_time()
+        refs = put_buckets(rank, bucket)
+        t_put, c_put = time.perf_counter() - t0, time.process_time() - c0
+        t0 = time.perf_counter()
+        t_inner, c_load = ray.get(worker.run.remote(timed_load, refs, v))
+        t_load = time.perf_counter() - t0
         del refs
-        c_copy = common.cpu_timed(lambda: [np.copyto(dst[k], a) for k, a in weights.items()])[1]
+        c_copy = common.median([common.cpu_timed(copy_all)[1] for _ in range(5)])
         if v > 1:
             put.append(t_put), load.append(t_load), inner.append(t_inner), copy.append(c_copy)
             put_cpu.append(c_put), load_cpu.append(c_load)
