@@ -237,7 +237,7 @@ class Controller:
             try:
                 t0 = time.perf_counter()
                 if self.cfg.engine.sleep_mode:
-                    self._call_workers("wake_up")
+                    self.pool.call_all("wake_up")
                 m = self.sync.push(self.version)
                 m["timing/sync_s"] = time.perf_counter() - t0
                 if self.probe is not None:
@@ -250,9 +250,6 @@ class Controller:
                 attempt += 1
                 if attempt > self.pool.max_restarts or not self.pool.revive():
                     raise  # out of restarts, or the actor that died is no rollout worker
-
-    def _call_workers(self, method: str) -> None:
-        self.pool.call_all(method)
 
     # ------------------------------------------------------------- warm start
     def warm_start_key(self) -> str:
@@ -373,7 +370,7 @@ class Controller:
         batch["loss_scale"] = np.array(self.filter.loss_scale(len(keep) / max(n_groups, 1)))
         t1 = time.perf_counter()
         if c.engine.sleep_mode:  # colocated GPUs: the engines give their memory to the update
-            self._call_workers("sleep")
+            self.pool.call_all("sleep")
         metrics.update(self.learners.update(ray.put(batch), step))
         t_upd = time.perf_counter() - t1
         self.version += 1

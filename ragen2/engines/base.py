@@ -61,6 +61,11 @@ class GenerationEngine(Protocol):
         """Replace every policy weight and set the version (after all of them are in)."""
         ...
 
+    def finish_update(self, version: int) -> None:
+        """After weights were written by another path (CUDA IPC, NCCL): drop state computed with
+        the old ones (vLLM: the prefix cache) and set the version."""
+        ...
+
 
 def named_tensors(weights: Weights) -> Iterator[tuple[str, Any]]:
     """``(name, torch.Tensor)`` pairs from a mapping or pair stream of numpy arrays or tensors."""

@@ -53,6 +53,10 @@ class HFEngine:
         missing = [k for k in params if k not in seen and k not in self._tied]
         if missing or unexpected:
             raise KeyError(f"weight sync mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
+        self.finish_update(version)
+
+    def finish_update(self, version: int) -> None:
+        """After a weight update (any transport): no cache to drop here, just the version."""
         self.policy_version = version
 
     # --------------------------------------------------------------- generation

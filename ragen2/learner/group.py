@@ -63,12 +63,6 @@ class LearnerGroup:
         """Raw per-token logprobs of ``ids[1:]`` under the current policy (rank 0's result)."""
         return self.call("logprobs", list(ids))[0]
 
-    def policy_weights(self) -> Any:
-        """ObjectRef of the full weights (rank 0's result) once every rank has taken part."""
-        refs = [a.policy_weights.remote() for a in self.ranks]
-        ray.wait(refs, num_returns=len(refs), fetch_local=False)
-        return refs[0]
-
     def shutdown(self) -> None:
         try:
             self.call("shutdown")

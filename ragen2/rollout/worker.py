@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np
+from typing import Any, Callable, Sequence
 
 from ragen2.config import Config
 from ragen2.engines.base import SamplingParams
@@ -51,10 +49,6 @@ class RolloutWorker:
         self.envs: dict[str, list] = {}
         threads = cfg.rollout.env_threads
         self.executor = ThreadPoolExecutor(threads, "env-step") if threads > 1 else None
-
-    def load_weights(self, weights: Mapping[str, np.ndarray], version: int) -> int:
-        self.engine.load_weights(weights, version)
-        return version
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(self, *args)``: the worker-side half of a weight-sync strategy or probe."""

@@ -41,6 +41,23 @@ class WeightSyncError(RuntimeError):
 WEIGHT_SYNCS: Registry = Registry("weight sync")
 
 
+class BucketSync:
+    """What every strategy holds: the learner group, the worker actors (by index) and the bucket
+    size; subclasses implement :meth:`WeightSync.push`."""
+
+    def __init__(self, learners: Any, workers: Sequence[Any], cfg: "Config") -> None:
+        self.learners, self.workers = learners, list(workers)
+        self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
+        self.dtype = cfg.model.dtype
+
+    def targets(self, only: Sequence[int] | None) -> list[Any]:
+        """The workers a push goes to: all, or those at the indices ``only``."""
+        return self.workers if only is None else [self.workers[i] for i in only]
+
+    def replace_worker(self, index: int, worker: Any) -> None:
+        self.workers[index] = worker
+
+
 def iter_buckets(pairs: Iterable[tuple[str, "torch.Tensor"]],
                  bucket_bytes: int) -> Iterator[list[tuple[str, "torch.Tensor"]]]:
     """Group ``(name, tensor)`` pairs, in order, into lists of at most ``bucket_bytes`` bytes.

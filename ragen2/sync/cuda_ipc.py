@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
 
 
 def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> Any:
@@ -71,25 +71,16 @@ def load_shared_bucket(worker: Any, shares: dict[str, Any]) -> None:
 
 
 def finish(worker: Any, version: int) -> int:
-    finish_update = getattr(worker.engine, "finish_update", None)
-    if finish_update is not None:
-        finish_update(version)
-    else:
-        worker.engine.policy_version = version
+    worker.engine.finish_update(version)
     return version
 
 
 @WEIGHT_SYNCS.register("cuda_ipc")
-class CudaIpcSync:
-    def __init__(self, learners: Any, workers: Sequence[Any], cfg: Any) -> None:
-        self.learners, self.workers = learners, list(workers)
-        self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
-        self.dtype = cfg.model.dtype
-
+class CudaIpcSync(BucketSync):
     def push(self, version: int, only: Sequence[int] | None = None) -> dict[str, float]:
         import ray
 
-        targets = self.workers if only is None else [self.workers[i] for i in only]
+        targets = self.targets(only)
         n = 0
         while True:
             shares = self.learners.run(share_next_bucket, self.bucket_bytes, self.dtype, n == 0)
@@ -101,6 +92,3 @@ class CudaIpcSync:
         self.learners.run(share_next_bucket, self.bucket_bytes, self.dtype, False)  # free buffers
         ray.get([w.run.remote(finish, version) for w in targets])
         return {"sync/buckets": float(n)}
-
-    def replace_worker(self, index: int, worker: Any) -> None:
-        self.workers[index] = worker

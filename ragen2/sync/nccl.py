@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Iterator, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
 
 Layout = list[list[tuple[str, tuple[int, ...], int]]]  # buckets of (name, shape, numel)
 _TIMEOUT = datetime.timedelta(minutes=10)
@@ -102,16 +102,14 @@ def receive_weights(worker: Any, layout: Layout, version: int, device: str, dtyp
 
 
 @WEIGHT_SYNCS.register("nccl")
-class CollectiveSync:
+class CollectiveSync(BucketSync):
     """Broadcast sync; ``backend`` nccl (GPU, the registered default) or gloo (CPU tests)."""
 
     def __init__(self, learners: Any, workers: Sequence[Any], cfg: Any,
                  backend: str | None = None) -> None:
-        self.learners, self.workers = learners, list(workers)
-        self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
+        super().__init__(learners, workers, cfg)
         self.backend = backend or ("nccl" if cfg.cluster.device == "cuda" else "gloo")
         self.device = "cuda" if self.backend == "nccl" else "cpu"
-        self.dtype = cfg.model.dtype
         self.procs_per_worker = cfg.engine.tensor_parallel_size if cfg.engine.name == "vllm" else 1
         self.layout: Layout | None = None
 
@@ -141,5 +139,5 @@ class CollectiveSync:
 
     def replace_worker(self, index: int, worker: Any) -> None:
         """The group lost a member: the next push forms a new one (every process joins again)."""
-        self.workers[index] = worker
+        super().replace_worker(index, worker)
         self.layout = None

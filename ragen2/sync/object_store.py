@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
 
 
 def put_buckets(rank: Any, bucket_bytes: int) -> list[Any] | None:
@@ -36,18 +36,10 @@ def load_buckets(worker: Any, refs: Sequence[Any], version: int) -> int:
 
 
 @WEIGHT_SYNCS.register("object_store")
-class ObjectStoreSync:
-    def __init__(self, learners: Any, workers: Sequence[Any], cfg: Any) -> None:
-        self.learners, self.workers = learners, list(workers)
-        self.bucket_bytes = int(cfg.sync.bucket_mb * 2**20)
-
+class ObjectStoreSync(BucketSync):
     def push(self, version: int, only: Sequence[int] | None = None) -> dict[str, float]:
         import ray
 
         refs = self.learners.run(put_buckets, self.bucket_bytes)[0]
-        targets = self.workers if only is None else [self.workers[i] for i in only]
-        ray.get([w.run.remote(load_buckets, refs, version) for w in targets])
+        ray.get([w.run.remote(load_buckets, refs, version) for w in self.targets(only)])
         return {"sync/buckets": float(len(refs))}
-
-    def replace_worker(self, index: int, worker: Any) -> None:
-        self.workers[index] = worker
