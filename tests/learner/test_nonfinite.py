@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 
 import numpy as np
 import torch
 
 from tests.learner.test_rank import _batch, _port, _rank
+from tests.learner.test_rank_world2 import run_two_ranks
 
 
 def _weights(r) -> dict[str, np.ndarray]:
@@ -144,15 +144,7 @@ def _worker(rank: int, path: str, port: int, out_dir: str) -> None:
 
 
 def test_a_nan_loss_on_one_rank_skips_the_step_on_all(tiny_model_path, tmp_path):
-    ctx = mp.get_context("spawn")
-    port = _port()
-    procs = [ctx.Process(target=_worker, args=(r, tiny_model_path, port, str(tmp_path)))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    run_two_ranks(_worker, tiny_model_path, _port(), str(tmp_path))
     for rank in range(2):
         out = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         assert out["same"], rank

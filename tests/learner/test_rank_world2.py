@@ -69,19 +69,22 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     torch.save(result, f"{out_dir}/rank{rank}.pt")
 
 
-def test_two_ranks(tiny_model_path, tmp_path):
+def run_two_ranks(target, *args, timeout: float = 300) -> None:
+    """``target(rank, *args)`` in two spawned processes; both must exit 0 within ``timeout``."""
     ctx = mp.get_context("spawn")
-    ports = _ports(len(SCENARIOS))
-    procs = [ctx.Process(target=_worker, args=(r, tiny_model_path, ports, str(tmp_path)))
-             for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, *args)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=300)
+        p.join(timeout=timeout)
     for p in procs:
         if p.is_alive():  # a collective mismatch hangs: fail instead of waiting forever
             p.kill()
     assert [p.exitcode for p in procs] == [0, 0]
+
+
+def test_two_ranks(tiny_model_path, tmp_path):
+    run_two_ranks(_worker, tiny_model_path, _ports(len(SCENARIOS)), str(tmp_path))
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert r0["plan"] == r1["plan"] == [2, 2]  # the same number of passes on both ranks
 
