@@ -3,7 +3,7 @@
 from ragen2.algos.advantages import ADVANTAGE_ESTIMATORS, gae_advantages, grpo_advantages, masked_whiten
 from ragen2.algos.aggregation import LOSS_AGG_MODES, aggregate_loss
 from ragen2.algos.kl import KL_ESTIMATORS, kl_penalty
-from ragen2.algos.logits import entropy_from_logits, logprobs_from_logits
+from ragen2.algos.logits import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 from ragen2.algos.policy_loss import POLICY_LOSSES, ppo_clip_loss, value_loss
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "gae_advantages",
     "grpo_advantages",
     "kl_penalty",
+    "logprobs_and_entropy",
     "logprobs_from_logits",
     "masked_whiten",
     "ppo_clip_loss",

@@ -41,6 +41,36 @@ def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
     Returns:
         (B, T) float32 entropy in nats.
     """
-    logp = torch.log_softmax(_scaled(logits, temperature), dim=-1)
+    return _entropy(torch.log_softmax(_scaled(logits, temperature), dim=-1))
+
+
+def _entropy(logp: Tensor) -> Tensor:
+    """(..., V) log-probabilities -> (...) entropy; p = 0 terms count 0."""
     p = logp.exp()
     return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(dim=-1)
+
+
+def logprobs_and_entropy(logits: Tensor, labels: Tensor, temperature: float = 1.0, *,
+                         entropy_mask: Tensor | None = None, entropy_grad: bool = True,
+                         ) -> tuple[Tensor, Tensor]:
+    """:func:`logprobs_from_logits` and :func:`entropy_from_logits` from one log-softmax.
+
+    Args:
+        logits: (B, T, V); labels: (B, T) long; temperature: > 0.
+        entropy_mask: optional (B, T); the entropy is computed only where it is non-zero and is
+            0 elsewhere (the loss reads it through the same mask, so this only saves work: the
+            entropy is a (B, T, V) computation and response tokens are often a minority).
+        entropy_grad: False computes the entropy without autograd (a metric only: no (B, T, V)
+            intermediates are kept for a backward that never comes).
+
+    Returns:
+        (lp, ent): (B, T) float32 each.
+    """
+    logp = torch.log_softmax(_scaled(logits, temperature), dim=-1)
+    lp = torch.gather(logp, dim=-1, index=labels.long().unsqueeze(-1)).squeeze(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        if entropy_mask is None:
+            return lp, _entropy(logp)
+        where = entropy_mask.to(torch.bool)
+        ent = logp.new_zeros(where.shape).masked_scatter(where, _entropy(logp[where]))
+    return lp, ent

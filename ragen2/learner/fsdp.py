@@ -8,9 +8,14 @@ import torch
 from torch import nn
 
 
-def shard_model(model: nn.Module, *, mixed_precision: str | None = None,
+def shard_model(model: nn.Module, *, shard: bool = True, mixed_precision: str | None = None,
                 activation_checkpointing: bool = False, cpu_offload: bool = False) -> nn.Module:
     """``fully_shard`` every transformer block (HF ``_no_split_modules``), then the root.
+
+    ``shard=False`` (one rank, full precision, no offload) leaves the module as it is, apart from
+    activation checkpointing: FSDP on one rank shards nothing and only adds its hooks and DTensor
+    dispatch (5% of a tiny model's CPU update, ``benchmarks/learner_overhead.py``). The rest of the
+    learner treats plain tensors and DTensors alike (:func:`full_tensor`, DCP state dicts).
 
     ``mixed_precision="bfloat16"`` computes in bf16 with fp32 master weights and fp32 gradient
     reduction (GPU); ``None`` keeps fp32 (CPU). ``activation_checkpointing`` recomputes each block's
@@ -21,6 +26,10 @@ def shard_model(model: nn.Module, *, mixed_precision: str | None = None,
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+    if not shard and (mixed_precision or cpu_offload):
+        raise ValueError("shard_model: mixed precision and CPU offload are FSDP policies; they "
+                         f"need shard=True (got mixed_precision={mixed_precision!r}, "
+                         f"cpu_offload={cpu_offload})")
     kwargs: dict[str, Any] = {}
     if mixed_precision:
         dt = getattr(torch, mixed_precision)
@@ -36,6 +45,8 @@ def shard_model(model: nn.Module, *, mixed_precision: str | None = None,
                              "transformer block class (_no_split_modules)")
         for m in blocks:
             checkpoint(m)
+    if not shard:
+        return model
     for m in blocks:
         fully_shard(m, **kwargs)
     fully_shard(model, **kwargs)

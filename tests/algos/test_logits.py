@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ragen2.algos.logits import entropy_from_logits, logprobs_from_logits
+from ragen2.algos.logits import entropy_from_logits, logprobs_and_entropy, logprobs_from_logits
 
 # Position 0: logits [0, ln 3] -> probs [1/4, 3/4]. Position 1: uniform over 2 -> [1/2, 1/2].
 LOGITS = torch.tensor([[[0.0, math.log(3.0)], [5.0, 5.0]]])  # (B=1, T=2, V=2)
@@ -49,3 +49,27 @@ def test_bf16_upcast_and_bad_temperature():
     assert out.dtype == torch.float32
     with pytest.raises(ValueError):
         entropy_from_logits(LOGITS, temperature=0.0)
+
+
+def test_logprobs_and_entropy_one_log_softmax_masked():
+    # the fused function gives the two separate ones; masked-out positions get entropy 0
+    labels = torch.tensor([[1, 0]])
+    lp, ent = logprobs_and_entropy(LOGITS, labels, temperature=2.0)
+    assert torch.allclose(lp, logprobs_from_logits(LOGITS, labels, 2.0))
+    assert torch.allclose(ent, entropy_from_logits(LOGITS, 2.0))
+    _, ent = logprobs_and_entropy(LOGITS, labels, entropy_mask=torch.tensor([[0, 1]]))
+    assert ent[0].tolist() == pytest.approx([0.0, 0.693147], abs=1e-5)  # ln 2 at position 1 only
+
+
+def test_logprobs_and_entropy_grad_only_when_asked():
+    logits = LOGITS.clone().requires_grad_(True)
+    mask = torch.tensor([[1, 1]])
+    lp, ent = logprobs_and_entropy(logits, torch.tensor([[1, 0]]), entropy_mask=mask,
+                                   entropy_grad=False)
+    assert lp.requires_grad and not ent.requires_grad
+    _, ent = logprobs_and_entropy(logits, torch.tensor([[1, 0]]), entropy_mask=mask)
+    ent.sum().backward()
+    # dH/dz for p = softmax(z): -p * (log p + H). Position 0: p = [1/4, 3/4], H = 0.562335
+    # -> [-0.25 * (-1.386294 + 0.562335), -0.75 * (-0.287682 + 0.562335)] = [0.205990, -0.205990]
+    assert logits.grad[0, 0].tolist() == pytest.approx([0.205990, -0.205990], abs=1e-5)
+    assert logits.grad[0, 1].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)  # uniform: a maximum

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from ragen2.learner.fsdp import full_tensor
 from ragen2.learner.rank import LearnerRank
 from tests.learner.test_rank import _batch, _rank, _run
 
@@ -190,7 +191,7 @@ def test_lora_update_trains_adapters_and_exports_merged_weights(tiny_model_path)
         else:
             torch.testing.assert_close(w, base[name], rtol=0, atol=0, msg=name)
     for k, v in ref.items():  # the KL reference stays the base model
-        torch.testing.assert_close(v.full_tensor() if hasattr(v, "full_tensor") else v, base[k])
+        torch.testing.assert_close(full_tensor(v), base[k])
     # an engine loading the merged weights computes what the LoRA policy computes
     missing, unexpected = base_model.load_state_dict(merged, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}
@@ -247,7 +248,7 @@ def test_lora_warm_start_trains_adapters_and_moves_the_reference(tiny_model_path
         m = r.sft_step(batch, np.arange(6), lr=1e-2)
         r.finish_warm_start()
         merged = dict(r.named_weights())
-        ref = {k: v.full_tensor() for k, v in r.ref.state_dict().items()}
+        ref = {k: full_tensor(v) for k, v in r.ref.state_dict().items()}
         r.save_policy(str(tmp_path / "policy.pt"))  # the warm-start cache
     finally:
         r.shutdown()
