@@ -5,11 +5,14 @@ tokens, ~40% of them trained, rewards in groups of 4) and the default GRPO setti
 mini-batches (one AdamW step each), ``micro_batch_size`` rows per forward/backward, token-mean
 PPO-clip (clip-higher, dual clip), gradient clipping. The plain loop is what one would write by
 hand: ``model(...)``, log-softmax + gather, the PPO-clip loss inline, ``backward``,
-``clip_grad_norm_``, ``AdamW.step`` -- with ragen2's two shortcuts that are part of the
-algorithm rather than of the framework (old logprobs of the first mini-batch come from its own
-forward; micro-batches are trimmed to their longest row), so both sides run exactly the same
-forwards and backwards. One update from the same weights must give the same weights
-(``max_weight_diff``), which checks that the two do the same maths.
+``clip_grad_norm_``, ``AdamW.step`` -- with the shortcuts a careful hand-written loop takes too
+(old logprobs of the first mini-batch come from its own forward; micro-batches are trimmed to
+their longest row; logits only from the first trained column, ``logits_to_keep``) and ragen2's
+mini-batch order (shuffled groups), so both sides run the same forwards and backwards. The
+rows share no prompt, so ragen2's shared-prefix forward (which the plain loop lacks) stays off:
+this measures the framework's overhead, not that saving (``trl`` shows it). One update from the
+same weights must give the same weights up to float rounding (``max_weight_diff``), which
+checks that the two do the same maths.
 
 * world size 1: ``LearnerRank`` in this process (gloo group of one) and the plain loop, both on
   one thread, alternating, the first round a warm-up. The checked ratio uses CPU time
@@ -74,23 +77,31 @@ class PlainLoop:
                                        weight_decay=self.a.weight_decay)
         self.seed = cfg.seed
 
-    def logprobs(self, ids, attn):
+    def logprobs(self, ids, attn, mask):
+        """Logprobs from the first trained column on (logits_to_keep: what TRL and verl do)."""
         import torch
 
-        logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-        return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
+        first = 1 + int(torch.nonzero(mask[:, 1:].any(0))[0])
+        keep = ids.shape[1] - first + 1
+        logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False,
+                            logits_to_keep=keep).logits[:, :-1]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, first:, None]).squeeze(-1)
+        return torch.cat([torch.zeros_like(lp[:, :1]).expand(-1, first), lp], 1)
 
     def update(self, batch: dict[str, np.ndarray], step: int) -> None:
         import torch
+
+        from ragen2.learner.microbatch import rows_by_group
 
         a, n = self.a, len(batch["rewards"])
         r, g = torch.tensor(batch["rewards"]), torch.tensor(batch["group_ids"])
         mean = torch.zeros(int(g.max()) + 1).index_add_(0, g, r) / torch.bincount(g)
         std = torch.stack([r[g == k].std() for k in range(len(mean))])
         adv = (r - mean[g]) / (std[g] + 1e-6)
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + step))
-        minis = [mb for mb in np.array_split(perm.numpy(), a.ppo_mini_batches) if len(mb)]
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        groups = batch["group_ids"].tolist()  # ragen2's order: shuffled groups, rows together
+        perm = np.asarray(rows_by_group(groups, torch.randperm(len(set(groups)), generator=gen).tolist()))
+        minis = [mb for mb in np.array_split(perm, a.ppo_mini_batches) if len(mb)]
 
         def micro(rows):
             width = int(batch["attention_mask"][rows].sum(1).max())
@@ -101,14 +112,14 @@ class PlainLoop:
         with torch.no_grad():  # old logprobs of the later mini-batches, before the policy moves
             for mi, mb in enumerate(minis[1:], 1):
                 for ui in range(0, len(mb), a.micro_batch_size):
-                    ids, attn, _ = micro(mb[ui:ui + a.micro_batch_size])
-                    old[mi, ui] = self.logprobs(ids, attn)
+                    ids, attn, mask = micro(mb[ui:ui + a.micro_batch_size])
+                    old[mi, ui] = self.logprobs(ids, attn, mask)
         for mi, mb in enumerate(minis):
             n_tok = float(batch["loss_mask"][mb].sum())
             for ui in range(0, len(mb), a.micro_batch_size):
                 rows = mb[ui:ui + a.micro_batch_size]
                 ids, attn, mask = micro(rows)
-                lp = self.logprobs(ids, attn)
+                lp = self.logprobs(ids, attn, mask)
                 lp_old = old.get((mi, ui), lp.detach())
                 A = adv[rows][:, None] * mask
                 ratio = torch.exp(torch.where(mask > 0, lp - lp_old, torch.zeros_like(lp)))

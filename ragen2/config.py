@@ -442,6 +442,7 @@ class LearnerConfig:
     cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy (CUDA only)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (CUDA + flash-attn)
     micro_batch_tokens: int = 0  # >0: micro-batches balanced by token count within this budget
+    shared_prefix: bool = True  # forward a prompt shared by rows of a micro-batch once (same maths)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self, p: str) -> None:

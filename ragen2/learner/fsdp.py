@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -51,6 +53,32 @@ def shard_model(model: nn.Module, *, shard: bool = True, mixed_precision: str | 
         fully_shard(m, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+@contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """Keep an FSDP2 model's parameters gathered from here to the end of the block (a forward and
+    its backward), then shard them again; a module without FSDP: nothing to do.
+
+    FSDP2 gathers a module's parameters again for the backward in a hook on the module's output.
+    A backward that reaches a module past its output -- the shared-prefix forward's key/value
+    cache (:mod:`ragen2.learner.prefix`) -- would find them freed. Every rank must enter it for
+    the same micro-batches. Costs the full parameters' memory for the block, saves the backward's
+    all-gathers.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for m in mods:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.set_reshard_after_backward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for m in mods:  # FSDP2's defaults: the root keeps its parameters after forward
+            m.set_reshard_after_forward(m is not model, recurse=False)
+            m.set_reshard_after_backward(True, recurse=False)
+            m.reshard()
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:

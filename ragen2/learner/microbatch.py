@@ -12,6 +12,26 @@ from __future__ import annotations
 from typing import Sequence
 
 
+def rows_by_group(group_ids: Sequence[int], group_order: Sequence[int]) -> list[int]:
+    """Row ids with the rows of each group together, groups in ``group_order``.
+
+    Args:
+        group_ids: (N,) the group of each row (any ints).
+        group_order: a permutation of ``range(G)`` over the G distinct groups in sorted order.
+    Returns:
+        (N,) row ids: the rows of group ``sorted(set(group_ids))[group_order[0]]`` in row order,
+        then the next group's. Mini- and micro-batches cut from it hold whole groups where they
+        can, so a group's shared prompt is forwarded once (:mod:`ragen2.learner.prefix`).
+    """
+    keys = sorted(set(group_ids))
+    if sorted(group_order) != list(range(len(keys))):
+        raise ValueError(f"group_order must be a permutation of range({len(keys)}), got {list(group_order)}")
+    rows: dict[int, list[int]] = {k: [] for k in keys}
+    for i, g in enumerate(group_ids):
+        rows[g].append(i)
+    return [i for o in group_order for i in rows[keys[o]]]
+
+
 def _cost(group: Sequence[int], lengths: Sequence[int]) -> int:
     """Padded tokens of one micro-batch: rows x longest row."""
     return len(group) * max((lengths[i] for i in group), default=0)

@@ -24,10 +24,12 @@ import torch.distributed as dist
 from ragen2.algos import (POLICY_LOSSES, aggregate_loss, gae_advantages, grpo_advantages,
                           kl_penalty, logprobs_and_entropy, logprobs_from_logits, value_loss)
 from ragen2.config import Config
-from ragen2.learner.fsdp import (check_attn_implementation, full_state_dict, full_tensor,
+from ragen2.learner.fsdp import (check_attn_implementation, full_state_dict, full_tensor, gathered,
                                  load_full_state_dict, load_value_model, shard_model)
 from ragen2.learner.lora import adapter_dropout, has_adapter_dropout, wrap_lora
-from ragen2.learner.microbatch import plan_token_micro_batches
+from ragen2.learner.microbatch import plan_token_micro_batches, rows_by_group
+from ragen2.learner.prefix import (PrefixPlan, plan_shared_prefix, shared_prefix_logits,
+                                   to_positions)
 from ragen2.learner.weights import load_full_weights, named_full_weights
 
 
@@ -41,6 +43,24 @@ class _Rows:
 
     index: np.ndarray  # row ids into the full batch
     real: np.ndarray  # False for dummy rows (loss mask zeroed)
+
+
+def first_trained_position(mask: torch.Tensor) -> int:
+    """The first column t >= 1 of ``mask`` (B, T) where any row is set; T - 1 if none is.
+
+    Column 0 is never trained (no token predicts it), and a micro-batch of dummy rows still needs
+    one position for a (zero) loss.
+    """
+    cols = torch.nonzero(mask[:, 1:].any(0)).flatten()
+    return 1 + int(cols[0]) if cols.numel() else mask.shape[1] - 1
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether an HF causal LM's ``forward`` takes ``logits_to_keep`` (transformers >= 4.50 models
+    do; a remote-code model may not, and then its logits are sliced after the LM head)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(type(model).forward).parameters
 
 
 class LearnerRank:
@@ -70,7 +90,9 @@ class LearnerRank:
         lc = cfg.learner
         check_attn_implementation(lc.attn_implementation)
         self.lora = lc.lora.rank > 0
-        policy = wrap_lora(self._load_lm(), lc.lora) if self.lora else self._load_lm()
+        base = self._load_lm()
+        self.logits_to_keep = accepts_logits_to_keep(base)
+        policy = wrap_lora(base, lc.lora) if self.lora else base
         self.model = self._shard(policy, lc.activation_checkpointing)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: adapters
         self.lora_dropout = has_adapter_dropout(self.model)
@@ -121,8 +143,10 @@ class LearnerRank:
 
     # ------------------------------------------------------------------ helpers
     def _rows(self, mb: np.ndarray) -> _Rows:
-        mine = mb[self.rank::self.world_size]
+        """This rank's contiguous share of mini-batch ``mb`` (a group's rows stay together where
+        they can), padded with dummy rows to the same count on every rank."""
         per_rank = -(-len(mb) // self.world_size)
+        mine = mb[self.rank * per_rank:(self.rank + 1) * per_rank]
         pad = per_rank - len(mine)
         index = np.concatenate([mine, np.full(pad, mb[0], dtype=mb.dtype)])
         return _Rows(index, np.arange(per_rank) < len(mine))
@@ -162,24 +186,66 @@ class LearnerRank:
                 for g in groups]
 
     def _forward(self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
-                 scales: torch.Tensor | None = None, entropy_mask: torch.Tensor | None = None,
-                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token logprobs (B, T) of ``ids[:, t]`` given ``ids[:, :t]`` (0 at t = 0), and the
-        entropy (B, T) where ``entropy_mask`` (B, T) is set (None without a mask).
+                 mask: torch.Tensor, scales: torch.Tensor | None = None, *, entropy: bool = False,
+                 entropy_grad: bool = False, plan: PrefixPlan | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token logprobs (B, T) of ``ids[:, t]`` given ``ids[:, :t]``, and with ``entropy``
+        the entropy (B, T) at the tokens of ``mask`` (else None).
 
-        ``scales`` (B,) multiplies the sampling temperature per row (rows sampled hotter).
-        ``entropy_grad``: whether the entropy is part of a loss (else a metric, no autograd).
+        ``mask`` (B, T) marks the tokens a loss reads; only their logprobs are guaranteed: a row
+        reads 0 before its first trained token, whose prompt logits are never computed (over a
+        long prompt and a large vocabulary the LM head and the log-softmax are a large share of an
+        update). With a ``plan`` (:meth:`_prefix_plan`) the rows' common prompts are forwarded
+        once (:mod:`ragen2.learner.prefix`); with autograd, inside :meth:`_holding`. ``scales`` (B,) multiplies the sampling temperature per
+        row (rows sampled hotter). ``entropy_grad``: whether the entropy is part of a loss (else a
+        metric, computed without autograd).
         """
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+        b, t = ids.shape
+        if plan is not None:
+            logits = shared_prefix_logits(model, plan, self.logits_to_keep)
+            labels, valid, offset = plan.suffix_ids[:, 1:], plan.suffix_attn[:, 1:], plan.offset
+        else:  # one forward, logits from the first trained position on
+            first = first_trained_position(mask)
+            keep = t - first + 1  # logits at positions first-1 .. T-1 (the last is unused)
+            kwargs = {"logits_to_keep": keep} if self.logits_to_keep else {}
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False, **kwargs).logits
+            logits = logits[:, -keep:-1]
+            labels, valid = ids[:, first:], attn[:, first:]
+            offset = torch.full((b,), first - 1, dtype=torch.long, device=ids.device)
         if scales is not None and bool((scales != 1).any()):
             logits = logits / scales.to(logits.device, logits.dtype)[:, None, None]
-        if entropy_mask is None:
-            lp = logprobs_from_logits(logits, ids[:, 1:], self.temperature)
-            return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1), None
-        lp, ent = logprobs_and_entropy(logits, ids[:, 1:], self.temperature,
-                                       entropy_mask=entropy_mask[:, 1:], entropy_grad=entropy_grad)
-        zero = torch.zeros_like(lp[:, :1])
-        return torch.cat([zero, lp], dim=1), torch.cat([zero, ent], dim=1)
+        if not entropy:
+            lp = logprobs_from_logits(logits, labels, self.temperature)
+            return to_positions(lp, offset, t), None
+        cols = offset[:, None] + 1 + torch.arange(labels.shape[1], device=ids.device)[None]
+        emask = mask.gather(1, cols.clamp(max=t - 1)) * valid  # the loss mask, in label columns
+        lp, ent = logprobs_and_entropy(logits, labels, self.temperature, entropy_mask=emask,
+                                       entropy_grad=entropy_grad)
+        return to_positions(lp, offset, t), to_positions(ent, offset, t)
+
+    def _prefix_plan(self, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+                     ) -> PrefixPlan | None:
+        """The shared-prefix plan of a micro-batch (``learner.shared_prefix``), or None.
+
+        Collective with FSDP: every rank must run the same forward passes (they gather
+        parameters), so the ranks share prefixes together -- when any rank saves by it and every
+        rank can (a rank with nothing to share then runs one prefix per row).
+        """
+        if not self.cfg.learner.shared_prefix:
+            return None
+        plan = plan_shared_prefix(ids, attn, mask)
+        if self.world_size == 1:
+            return plan
+        forced = plan or plan_shared_prefix(ids, attn, mask, min_saving=-math.inf)
+        flags = torch.tensor([float(plan is not None), float(forced is None)], device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        want, cannot = flags.tolist()
+        return forced if want and not cannot else None
+
+    def _holding(self, plan: PrefixPlan | None) -> Any:
+        """Context of a micro-batch's forward + backward: FSDP keeps the parameters gathered when
+        the forward shares prefixes (:func:`ragen2.learner.fsdp.gathered`)."""
+        return gathered(self.model) if plan is not None else nullcontext()
 
     def _allreduce(self, values: dict[str, float]) -> dict[str, float]:
         keys = sorted(values)
@@ -236,7 +302,9 @@ class LearnerRank:
             g["lr"] = lr
         n = len(batch["rewards"])
         gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
-        perm = torch.randperm(n, generator=gen).numpy()
+        groups = batch["group_ids"].tolist()
+        order = torch.randperm(len(set(groups)), generator=gen).tolist()
+        perm = np.asarray(rows_by_group(groups, order))  # shuffled groups, each kept together
         minis = [mb for mb in np.array_split(perm, a.ppo_mini_batches) if len(mb)]
         plan = [(mb, self._micro_batches(batch, mb)) for mb in minis]
 
@@ -251,11 +319,12 @@ class LearnerRank:
                                                          "loss_mask", "logprobs")
                     c = cache[mi, ui] = {}
                     sc = self._scales(batch, micro)
+                    share = self._prefix_plan(ids, attn, mask)
                     if mi > 0 or self.lora_dropout:  # (dropout: old logprobs without it)
-                        c["old"], _ = self._forward(self.model, ids, attn, scales=sc)
+                        c["old"], _ = self._forward(self.model, ids, attn, mask, sc, plan=share)
                         self._gap(stats, eng, c["old"], mask)
                     if self.ref is not None:
-                        c["ref"], _ = self._forward(self.ref, ids, attn, scales=sc)
+                        c["ref"], _ = self._forward(self.ref, ids, attn, mask, sc, plan=share)
                     if self.critic is not None:
                         c["values"] = self.critic(ids, attn)
 
@@ -338,26 +407,28 @@ class LearnerRank:
                     c = cache[mi, ui]
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
                                                          "attention_mask", "loss_mask", "logprobs")
-                    lp, ent = self._forward(self.model, ids, attn, self._scales(batch, micro),
-                                            entropy_mask=mask, entropy_grad=a.entropy_coef > 0)
-                    if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
-                        c["old"] = lp.detach()
-                        self._gap(stats, eng, c["old"], mask)
-                    pg, pm = POLICY_LOSSES.get(a.policy_loss)(
-                        lp, c["old"], c["adv"], mask, clip_low=a.clip_ratio_low,
-                        clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c, **agg)
-                    loss = pg
-                    ent_loss = aggregate_loss(ent, mask.float(), a.loss_agg_mode, num_tokens=n_tok,
-                                              num_seqs=n_seq, norm_tokens=norm_tokens)
-                    if a.entropy_coef > 0:
-                        loss = loss - a.entropy_coef * ent_loss
-                    if self.ref is not None:
-                        kl = aggregate_loss(kl_penalty(lp, c["ref"], a.kl_estimator), mask.float(),
-                                            a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq,
-                                            norm_tokens=norm_tokens)
-                        loss = loss + a.kl_coef * kl
-                        mm["kl"] += kl.detach().item()
-                    (loss * (loss_scale * self.world_size)).backward()
+                    share = self._prefix_plan(ids, attn, mask)
+                    with self._holding(share):  # forward .. backward
+                        lp, ent = self._forward(self.model, ids, attn, mask, self._scales(batch, micro),
+                                                entropy=True, entropy_grad=a.entropy_coef > 0, plan=share)
+                        if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
+                            c["old"] = lp.detach()
+                            self._gap(stats, eng, c["old"], mask)
+                        pg, pm = POLICY_LOSSES.get(a.policy_loss)(
+                            lp, c["old"], c["adv"], mask, clip_low=a.clip_ratio_low,
+                            clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c, **agg)
+                        loss = pg
+                        ent_loss = aggregate_loss(ent, mask.float(), a.loss_agg_mode, num_tokens=n_tok,
+                                                  num_seqs=n_seq, norm_tokens=norm_tokens)
+                        if a.entropy_coef > 0:
+                            loss = loss - a.entropy_coef * ent_loss
+                        if self.ref is not None:
+                            kl = aggregate_loss(kl_penalty(lp, c["ref"], a.kl_estimator), mask.float(),
+                                                a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq,
+                                                norm_tokens=norm_tokens)
+                            loss = loss + a.kl_coef * kl
+                            mm["kl"] += kl.detach().item()
+                        (loss * (loss_scale * self.world_size)).backward()
                     w = float(mask.sum())
                     mm["loss"] += loss.detach().item()
                     mm["pg_loss"] += pg.detach().item()
@@ -408,22 +479,24 @@ class LearnerRank:
                 for micro in micros:
                     ids, attn, mask = self._tensors(batch, micro, "input_ids", "attention_mask",
                                                     "loss_mask")
-                    lp, ent = self._forward(self.model, ids, attn, entropy_grad=True,
-                                            entropy_mask=mask if term == "entropy" else None)
-                    if term == "task":
-                        adv = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask
-                        loss, _ = POLICY_LOSSES.get(a.policy_loss)(
-                            lp, lp.detach(), adv, mask, clip_low=a.clip_ratio_low,
-                            clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c,
-                            agg_mode="token-mean", num_tokens=n_tok, num_seqs=1.0)
-                    elif term == "entropy":
-                        loss = aggregate_loss(ent, mask.float(), "token-mean", num_tokens=n_tok)
-                    else:
-                        with torch.no_grad():
-                            ref, _ = self._forward(self.ref, ids, attn)
-                        loss = aggregate_loss(kl_penalty(lp, ref, a.kl_estimator), mask.float(),
-                                              "token-mean", num_tokens=n_tok)
-                    (loss * self.world_size).backward()
+                    share = self._prefix_plan(ids, attn, mask)
+                    with self._holding(share):
+                        lp, ent = self._forward(self.model, ids, attn, mask, entropy=term == "entropy",
+                                                entropy_grad=True, plan=share)
+                        if term == "task":
+                            adv = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask
+                            loss, _ = POLICY_LOSSES.get(a.policy_loss)(
+                                lp, lp.detach(), adv, mask, clip_low=a.clip_ratio_low,
+                                clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c,
+                                agg_mode="token-mean", num_tokens=n_tok, num_seqs=1.0)
+                        elif term == "entropy":
+                            loss = aggregate_loss(ent, mask.float(), "token-mean", num_tokens=n_tok)
+                        else:
+                            with torch.no_grad():
+                                ref, _ = self._forward(self.ref, ids, attn, mask, plan=share)
+                            loss = aggregate_loss(kl_penalty(lp, ref, a.kl_estimator), mask.float(),
+                                                  "token-mean", num_tokens=n_tok)
+                        (loss * self.world_size).backward()
                 norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.trainable, float("inf")))
                 out[f"grad_snr/b{b}/{term}_norm"] = float(norm)
                 self.optim.zero_grad(set_to_none=True)

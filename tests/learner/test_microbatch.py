@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from ragen2.learner.microbatch import pack_by_tokens, plan_token_micro_batches, split_to_count
+from ragen2.learner.microbatch import (pack_by_tokens, plan_token_micro_batches, rows_by_group,
+                                       split_to_count)
 
 LENGTHS = [5, 9, 3, 9, 2]  # longest first (ties by index): rows 1, 3, 0, 2, 4
 
@@ -61,3 +62,11 @@ def test_plan_invariants(world):
             for g in p:
                 cost = len(g) * max((lengths[i] for i in g), default=0)
                 assert cost <= budget or len(g) == 1
+
+
+def test_rows_by_group_by_hand():
+    # groups 7 (rows 0, 3), 2 (rows 1, 4), 5 (row 2); sorted keys [2, 5, 7]; order 2, 0, 1
+    assert rows_by_group([7, 2, 5, 7, 2], [2, 0, 1]) == [0, 3, 1, 4, 2]
+    assert rows_by_group([7, 2, 5, 7, 2], [0, 1, 2]) == [1, 4, 2, 0, 3]
+    with pytest.raises(ValueError, match="permutation of range\\(3\\)"):
+        rows_by_group([7, 2, 5], [0, 1, 1])

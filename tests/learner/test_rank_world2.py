@@ -23,6 +23,11 @@ SCENARIOS = {
     # budget 20: in each mini-batch of 3 rows rank 0 needs two micro-batches and rank 1 has one
     # row, so rank 1 runs a dummy pass
     "tokens": ("learner.micro_batch_tokens=20",),
+    # groups sharing prompts (tests/learner/test_prefix.py): the two-pass forward on both ranks
+    # (FSDP gathers and reduce-scatters in step), the same update as one pass per row
+    "prefix": ("algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=1"),
+    "prefix_off": ("algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=1",
+                   "learner.shared_prefix=false"),
 }
 if importlib.util.find_spec("peft") is not None:  # the `lora` extra
     SCENARIOS["lora"] = ("learner.micro_batch_tokens=20", "learner.lora.rank=4",
@@ -44,8 +49,25 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     from ragen2.learner.rank import LearnerRank
     from ragen2.train import load_config
 
+    import ragen2.learner.rank as rank_module
+    from tests.learner.test_prefix import prefix_batch
+
+    shared = rank_module.shared_prefix_logits
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return shared(*args, **kwargs)
+
+    rank_module.shared_prefix_logits = counted
+    planner = rank_module.plan_shared_prefix
+    if rank == 1:  # rank 1 never finds sharing worth it: it follows rank 0 with a forced plan
+        rank_module.plan_shared_prefix = lambda *a, min_saving=0.2: (
+            planner(*a, min_saving=min_saving) if min_saving == -float("inf") else None)
     result = {}
     for (name, extra), port in zip(SCENARIOS.items(), ports):
+        calls.clear()
+        batch = prefix_batch if name.startswith("prefix") else _batch
         r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
         r.setup("127.0.0.1", port)
         try:
@@ -60,9 +82,9 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
                 result["ref_is_merged"] = all(
                     torch.equal(full_tensor(v), merged[k]) for k, v in r.ref.state_dict().items()
                     if k in merged)
-            m = r.update(_batch(), step=1)
+            m = r.update(batch(), step=1)
             result[name] = {"metrics": m, "weights": {k: v.clone() for k, v in r.named_weights()},
-                            "logprobs": r.logprobs(PROBE_IDS),
+                            "shared_forwards": len(calls), "logprobs": r.logprobs(PROBE_IDS),
                             "run": r.run(lambda rk, x: (rk.rank, rk.world_size, x), 7)}
         finally:
             r.shutdown()
@@ -99,6 +121,15 @@ def test_two_ranks(tiny_model_path, tmp_path):
         assert tokens["metrics"][key] == pytest.approx(rows["metrics"][key], rel=1e-5, abs=1e-7)
     for k, v in rows["weights"].items():
         torch.testing.assert_close(tokens["weights"][k], v, rtol=0, atol=1e-5)
+
+    # shared prefixes: both ranks ran the same (non-zero) number of two-pass forwards
+    on, off = r0["prefix"], r0["prefix_off"]
+    assert on["shared_forwards"] == r1["prefix"]["shared_forwards"] > 0
+    assert off["shared_forwards"] == r1["prefix_off"]["shared_forwards"] == 0
+    for key in ("actor/loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy"):
+        assert on["metrics"][key] == pytest.approx(off["metrics"][key], rel=1e-5, abs=1e-7), key
+    for k, v in off["weights"].items():
+        torch.testing.assert_close(on["weights"][k], v, rtol=0, atol=1e-5)
 
     # world size 1 gives the same update as world size 2
     m1, w1 = _run(tiny_model_path, "algorithm.ppo_mini_batches=2", "algorithm.micro_batch_size=2")
