@@ -4,7 +4,7 @@ STAMP := $(VENV)/.ragen2-installed
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: train test setup
+.PHONY: train test setup bench
 
 setup: $(STAMP)
 
@@ -19,3 +19,8 @@ train: $(STAMP)
 ## Test suite (slow end-to-end tests included; add PYTEST_ARGS="-m 'not slow'" to skip them).
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+## Benchmarks against their baselines (benchmarks/README.md): ARGS="--quick" for the 5-minute run.
+bench: $(STAMP)
+	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/python benchmarks/run.py $(ARGS)

@@ -206,10 +206,13 @@ class RolloutConfig:
     max_context_tokens: int = 1536
     env_threads: int = 8  # env.step calls run concurrently on this many threads per worker
     max_env_error_frac: float = 0.25  # episodes whose env raised, tolerated per step (a share)
+    max_worker_restarts: int = 3  # dead rollout workers restarted per call (rollout or sync)
 
     def validate(self, p: str) -> None:
         _positive(self, p, "env_groups", "group_size", "max_turns", "num_workers",
                   "max_context_tokens", "env_threads")
+        _check(self.max_worker_restarts >= 0, f"{p}.max_worker_restarts", self.max_worker_restarts,
+               "must be >= 0 (0 = a dead rollout worker stops the run)")
         _check(self.format_penalty <= 0, f"{p}.format_penalty", self.format_penalty, "must be <= 0")
         _check(0 <= self.max_env_error_frac <= 1, f"{p}.max_env_error_frac",
                self.max_env_error_frac, "a share in [0, 1] (0 = stop at the first env error)")

@@ -127,7 +127,8 @@ class Controller:
         self._synced = False  # whether any weights were pushed (else workers hold model_path's)
         self.pool = WorkerPool(lambda i: worker_cls.options(**self.placement.worker_options(i))
                                .remote(cfg, model_path, i, worker_threads),
-                               cfg.rollout.num_workers, on_restart=self._resync)
+                               cfg.rollout.num_workers, on_restart=self._resync,
+                               max_restarts=cfg.rollout.max_worker_restarts)
         self.learners = LearnerGroup(cfg, model_path, learner_threads, self.placement)
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)

@@ -51,6 +51,7 @@ def test_free_form_kwargs_are_allowed():
     ("engine.top_p=1.5", "engine.top_p"),
     ("trainer.warm_start.random_action_prob=2", "trainer.warm_start.random_action_prob"),
     ("model.dtype=bfloat16", "model.dtype"),  # bf16 is refused on the CPU device
+    ("rollout.max_worker_restarts=-1", "rollout.max_worker_restarts"),
 ])
 def test_out_of_range_values(override, key):
     with pytest.raises(ConfigError) as e:

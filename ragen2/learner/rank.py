@@ -196,9 +196,9 @@ class LearnerRank:
         reads 0 before its first trained token, whose prompt logits are never computed (over a
         long prompt and a large vocabulary the LM head and the log-softmax are a large share of an
         update). With a ``plan`` (:meth:`_prefix_plan`) the rows' common prompts are forwarded
-        once (:mod:`ragen2.learner.prefix`); with autograd, inside :meth:`_holding`. ``scales`` (B,) multiplies the sampling temperature per
-        row (rows sampled hotter). ``entropy_grad``: whether the entropy is part of a loss (else a
-        metric, computed without autograd).
+        once (:mod:`ragen2.learner.prefix`); with autograd, inside :meth:`_holding`. ``scales``
+        (B,) multiplies the sampling temperature per row (rows sampled hotter). ``entropy_grad``:
+        whether the entropy is part of a loss (else a metric, computed without autograd).
         """
         b, t = ids.shape
         if plan is not None:
