@@ -1,0 +1,159 @@
+"""The collapse study: RAGEN-2's central claims in miniature on the CPU (tiny model, FrozenLake).
+
+Arms (the same steps and rollouts per step in every arm; filtering trains on fewer of them):
+
+* ``none``: GRPO, no filtering;
+* ``top_p``: top-p SNR filtering on group reward spread (p = 0.9, zero-spread groups dropped);
+* ``tiered``: tiered SNR filtering (priority pool, low/high weights, hotter sampling of
+  low-spread prompts).
+
+Every run is ``ragen2-train`` from the default job's cached warm start, for ``--seeds`` seeds:
+held-out success every ``eval_every`` steps on ``eval_episodes`` held-out seeds, the MI monitor
+every 5 steps (so every evaluation step has both), each step's batch saved. Then
+:mod:`ragen2.analysis.study` writes ``results.json`` (per-run rows, per-arm means, Spearman
+correlations, a headline), ``curves.png``, ``scatter.png`` and ``examples.md`` to ``--out``.
+
+Usage::
+
+    python benchmarks/collapse_study/run.py                 # 3 arms x 3 seeds x 40 steps (~40 min)
+    python benchmarks/collapse_study/run.py --quick         # 3 arms x 1 seed x 2 steps (smoke test)
+    python benchmarks/collapse_study/run.py --analyze-only  # redo the analysis of existing runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ARMS = {"none": ["filter=none"], "top_p": ["filter=top_p"], "tiered": ["filter=tiered"]}
+FULL = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5, "seeds": [0, 1, 2]}
+QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0]}
+
+
+def overrides(arm: str, seed: int, s: dict) -> list[str]:
+    return [*ARMS[arm], f"seed={seed}", f"trainer.total_steps={s['steps']}",
+            f"trainer.eval_every={s['eval_every']}", f"trainer.eval_episodes={s['eval_episodes']}",
+            f"monitor.every={s['monitor_every']}", "trainer.save_every=0",
+            "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]"]
+
+
+def run_one(arm: str, seed: int, s: dict, run_dir: Path) -> dict:
+    """``ragen2-train`` in a subprocess (its own Ray session); returns wall time and exit code."""
+    cmd = [str(Path(sys.executable).with_name("ragen2-train")), *overrides(arm, seed, s),
+           f"hydra.run.dir={run_dir}"]
+    t0 = time.perf_counter()
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    print(f"  {arm} seed {seed}: exit {rc}, {wall:.0f} s", flush=True)
+    return {"arm": arm, "seed": seed, "returncode": rc, "wall_s": wall, "overrides": overrides(arm, seed, s)}
+
+
+def fmt(v: float | None, digits: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def headline(table: dict, corr: dict) -> str:
+    def rho(name: str) -> str:
+        c = corr[name]
+        return "n/a" if c["rho"] is None else f"{c['rho']:+.2f} (n={c['n']}, p={c['p']:.2g})"
+
+    parts = [f"Spearman vs held-out success: MI {rho('mi_vs_success')}, "
+             f"token entropy {rho('entropy_vs_success')}"]
+    finals = ", ".join(f"{arm} {fmt(t.get('final_success', {}).get('mean'))}"
+                       for arm, t in table.items())
+    parts.append(f"final held-out success (mean over seeds): {finals}")
+    steps = {arm: t.get("mean_step_s", {}).get("mean") for arm, t in table.items()}
+    if steps.get("none"):
+        parts.append("step time vs none: " + ", ".join(
+            f"{arm} {v / steps['none']:.2f}" for arm, v in steps.items() if arm != "none" and v))
+    return "; ".join(parts)
+
+
+def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
+    from ragen2.analysis import study
+
+    dirs = {(r["arm"], r["seed"]): out / "runs" / f"{r['arm']}_s{r['seed']}" for r in runs
+            if r["returncode"] == 0}
+    metrics = study.load_study(dirs)
+    summaries = study.load_summaries(dirs)
+    rows = []
+    for r in runs:
+        key = (r["arm"], r["seed"])
+        row = {**r}
+        if key in metrics:
+            row.update(study.run_summary(*key, metrics[key], summaries[key]))
+        rows.append(row)
+    corr = study.correlations(metrics)
+    table = study.arm_table([r for r in rows if r["returncode"] == 0])
+    plots = study.write_plots(metrics, corr, out) if metrics else []
+    result = {"settings": settings, "machine": {"python": platform.python_version(),
+                                                "cpus": __import__("os").cpu_count()},
+              "runs": rows, "arms": table, "spearman": corr, "headline": headline(table, corr),
+              "plots": [p.name for p in plots]}
+    (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
+    write_examples(out, rows, dirs)
+    print(result["headline"], flush=True)
+    return result
+
+
+def write_examples(out: Path, rows: list[dict], dirs: dict) -> None:
+    """First-turn reasoning at the last step of the runs with the lowest and the highest final MI."""
+    from ragen2.analysis.study import reasoning_examples
+
+    scored = [r for r in rows if r.get("final_mi") is not None]
+    if not scored:
+        return
+    lines = ["# Reasoning examples", "",
+             "First-turn `<think>` text from the last saved step, distinct prompts (env seeds).", ""]
+    low, high = min(scored, key=lambda r: r["final_mi"]), max(scored, key=lambda r: r["final_mi"])
+    for title, r in (("lowest final MI", low), ("highest final MI", high)):
+        lines += [f"## {title}: {r['arm']} seed {r['seed']} (MI {r['final_mi']:.3f} nats, "
+                  f"held-out success {fmt(r.get('final_success'))})", ""]
+        for ex in reasoning_examples(dirs[(r["arm"], r["seed"])]):
+            prompt = (ex["prompt"] or "").strip().replace("\n", " / ")
+            lines += [f"- step {ex['step']}, env seed {ex['env_seed']}, reward {ex['reward']}",
+                      f"  - observation: `{prompt[:160]}`", f"  - reasoning: `{ex['reasoning'][:300]}`"]
+        lines.append("")
+    (out / "examples.md").write_text("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="3 arms x 1 seed x 2 steps (CI smoke test)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output directory (default: benchmarks/collapse_study/results[_quick])")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None)
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
+    ap.add_argument("--analyze-only", action="store_true", help="reuse the runs in --out")
+    args = ap.parse_args()
+    s = dict(QUICK if args.quick else FULL)
+    if args.seeds:
+        s["seeds"] = args.seeds
+    out = args.out or HERE / ("results_quick" if args.quick else "results")
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    settings = {**s, "arms": {a: ARMS[a] for a in args.arms}, "env": "ragen2/FrozenLake-v0 (default job)",
+                "quick": args.quick}
+    if args.analyze_only:
+        runs = json.loads((out / "results.json").read_text())["runs"]
+    else:
+        t0 = time.perf_counter()
+        runs = [run_one(arm, seed, s, out / "runs" / f"{arm}_s{seed}")
+                for seed in s["seeds"] for arm in args.arms]
+        settings["total_wall_s"] = time.perf_counter() - t0
+    analyze(out, runs, settings)
+    failed = [f"{r['arm']} seed {r['seed']}" for r in runs if r["returncode"] != 0]
+    if failed:
+        print(f"failed runs: {', '.join(failed)} (logs in {out / 'runs'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""A study over arms x seeds: per-run summaries, rank correlations of collapse metrics with success,
+curves with seed bands, and reasoning examples.
+
+Input: ``{(arm, seed): run_dir}``, each a ragen2 run directory (``metrics.jsonl``, ``summary.json``,
+``rollouts/``). Used by ``benchmarks/collapse_study`` and usable on any sweep.
+
+Correlations are Spearman's rho (``scipy.stats.spearmanr``) over *pooled points*: one point per
+(run, step) where both metrics were logged -- held-out success exists at evaluation steps, the
+collapse metrics at monitor steps, so held-out pairs come from steps that are both (set
+``trainer.eval_every`` to a multiple of ``monitor.every``). Pooled across runs, a correlation
+also reflects differences between runs, which is what "does the metric track success" asks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ragen2.analysis.rollouts import load_metrics, load_rollouts, load_summary
+
+__all__ = ["CORRELATIONS", "SERIES", "arm_table", "correlations", "load_study", "load_summaries",
+           "paired", "reasoning_examples", "run_summary", "series", "spearman", "write_plots"]
+
+#: short name -> metrics.jsonl key of the per-step series the study reports
+SERIES = {
+    "success": "eval/success",  # held-out, at evaluation steps
+    "train_success": "rollout/success",
+    "mi": "collapse/mi",
+    "retrieval_acc": "collapse/retrieval_acc@1",
+    "h_cond": "collapse/h_cond",
+    "token_entropy": "collapse/token_entropy",
+    "reward_spread": "rollout/group_reward_std_mean",
+    "kept_ratio": "filter/kept_ratio",
+    "step_s": "timing/step_s",
+}
+
+#: name -> (x series, y series): what is correlated with what
+CORRELATIONS = {
+    "mi_vs_success": ("mi", "success"),
+    "retrieval_vs_success": ("retrieval_acc", "success"),
+    "h_cond_vs_success": ("h_cond", "success"),
+    "entropy_vs_success": ("token_entropy", "success"),
+    "mi_vs_train_success": ("mi", "train_success"),
+    "entropy_vs_train_success": ("token_entropy", "train_success"),
+}
+
+Metrics = dict[int, dict[str, Any]]
+
+
+def load_study(run_dirs: dict[tuple[str, int], str | Path]) -> dict[tuple[str, int], Metrics]:
+    """``{(arm, seed): metrics by step}`` read with :func:`ragen2.analysis.rollouts.load_metrics`."""
+    return {key: load_metrics(path) for key, path in run_dirs.items()}
+
+
+def series(metrics: Metrics, name: str) -> list[tuple[int, float]]:
+    """(step, value) of one :data:`SERIES` entry, in step order (finite values only)."""
+    key = SERIES[name]
+    out = []
+    for step in sorted(metrics):
+        v = metrics[step].get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append((step, float(v)))
+    return out
+
+
+def run_summary(arm: str, seed: int, metrics: Metrics, summary: dict[str, Any] | None = None,
+                ) -> dict[str, Any]:
+    """One run's row: first/last held-out success, last collapse metrics, means over RL steps."""
+    def last(name: str) -> float | None:
+        s = series(metrics, name)
+        return s[-1][1] if s else None
+
+    def mean_rl(name: str) -> float | None:  # RL steps only (step 0 is the pre-RL evaluation)
+        vals = [v for step, v in series(metrics, name) if step >= 1]
+        return statistics.fmean(vals) if vals else None
+
+    success = series(metrics, "success")
+    row = {"arm": arm, "seed": seed,
+           "initial_success": success[0][1] if success else None,
+           "final_success": success[-1][1] if success else None,
+           "final_mi": last("mi"), "final_retrieval_acc": last("retrieval_acc"),
+           "final_h_cond": last("h_cond"), "final_token_entropy": last("token_entropy"),
+           "mean_reward_spread": mean_rl("reward_spread"), "mean_kept_ratio": mean_rl("kept_ratio"),
+           "mean_step_s": mean_rl("step_s"), "steps": max(metrics) if metrics else 0}
+    if summary and isinstance(summary.get("eval_after"), (int, float)):
+        row["final_success"] = float(summary["eval_after"])
+    return row
+
+
+def paired(metrics: Metrics, x: str, y: str) -> list[tuple[float, float]]:
+    """(x, y) at every step where both series have a value."""
+    ys = dict(series(metrics, y))
+    return [(v, ys[step]) for step, v in series(metrics, x) if step in ys]
+
+
+def spearman(points: list[tuple[float, float]]) -> dict[str, float | int | None]:
+    """Spearman's rho and its two-sided p-value (``scipy.stats.spearmanr``) over ``points``.
+
+    None when fewer than 3 points or either side is constant (rho undefined).
+    """
+    try:
+        from scipy.stats import spearmanr
+    except ImportError as e:
+        raise ImportError("the study's correlations need scipy, which is not installed: "
+                          "pip install 'ragen2[bench]'") from e
+
+    n = len(points)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if n < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return {"rho": None, "p": None, "n": n}
+    res = spearmanr(xs, ys)
+    return {"rho": float(res.statistic), "p": float(res.pvalue), "n": n}
+
+
+def correlations(study: dict[tuple[str, int], Metrics]) -> dict[str, dict[str, float | int | None]]:
+    """Every :data:`CORRELATIONS` entry over the points pooled from all runs."""
+    return {name: spearman([p for m in study.values() for p in paired(m, x, y)])
+            for name, (x, y) in CORRELATIONS.items()}
+
+
+def arm_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = (
+        "initial_success", "final_success", "final_mi", "final_token_entropy",
+        "mean_kept_ratio", "mean_step_s")) -> dict[str, dict[str, dict[str, float]]]:
+    """Per arm and key: mean, sample std (0 for one seed), min, max over the arm's seeds."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        out[arm] = {}
+        for k in keys:
+            vals = [r[k] for r in rows if r["arm"] == arm and r.get(k) is not None]
+            if vals:
+                out[arm][k] = {"mean": statistics.fmean(vals),
+                               "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                               "min": min(vals), "max": max(vals), "n": len(vals)}
+    return out
+
+
+def _band(study: dict[tuple[str, int], Metrics], arm: str, name: str
+          ) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Steps, mean, min, max over the arm's seeds (steps every seed logged)."""
+    per_seed = [dict(series(m, name)) for (a, _), m in study.items() if a == arm]
+    steps = sorted(set.intersection(*(set(s) for s in per_seed))) if per_seed else []
+    vals = [[s[t] for s in per_seed] for t in steps]
+    return steps, [statistics.fmean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
+
+
+def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str, Any]],
+                out_dir: str | Path) -> list[Path]:
+    """``curves.png`` (mean and min-max band over seeds per arm) and ``scatter.png`` (MI and
+    token entropy against held-out success, every pooled point)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arms = list(dict.fromkeys(a for a, _ in study))
+    panels = [("success", "held-out success"), ("mi", "MI (nats)"), ("retrieval_acc", "retrieval acc@1"),
+              ("token_entropy", "token entropy (nats)"), ("reward_spread", "group reward std"),
+              ("kept_ratio", "kept ratio"), ("train_success", "training success"),
+              ("h_cond", "conditional entropy H(Z|X)"), ("step_s", "step time (s)")]
+    fig, axes = plt.subplots(3, 3, figsize=(15, 11))
+    for ax, (name, title) in zip(axes.flat, panels):
+        for i, arm in enumerate(arms):
+            steps, mean, lo, hi = _band(study, arm, name)
+            if steps:
+                ax.plot(steps, mean, marker="o", ms=3, label=arm, color=f"C{i}")
+                ax.fill_between(steps, lo, hi, alpha=0.2, color=f"C{i}")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend()
+    fig.suptitle("per arm: mean over seeds, band = min..max")
+    fig.tight_layout()
+    paths = [out / "curves.png"]
+    fig.savefig(paths[0], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (name, x, label) in zip(axes, (("mi_vs_success", "mi", "MI (nats)"),
+                                           ("entropy_vs_success", "token_entropy", "token entropy (nats)"))):
+        for i, arm in enumerate(arms):
+            pts = [p for (a, _), m in study.items() if a == arm for p in paired(m, x, "success")]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, label=arm, color=f"C{i}")
+        c = corr.get(name, {})
+        rho = "n/a" if c.get("rho") is None else f"{c['rho']:+.2f}"
+        ax.set_title(f"{label} vs held-out success: Spearman {rho} (n={c.get('n', 0)})")
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out success")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    paths.append(out / "scatter.png")
+    fig.savefig(paths[1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def reasoning_examples(run_dir: str | Path, per_run: int = 3, step: int | None = None
+                       ) -> list[dict[str, Any]]:
+    """A few saved first-turn reasonings of one run, from distinct prompts (env seeds) at ``step``
+    (default: the last saved step): ``{"step", "env_seed", "prompt", "reasoning", "reward"}``."""
+    rollouts = load_rollouts(run_dir)
+    if not rollouts:
+        return []
+    step = max(rollouts) if step is None else step
+    seen, out = set(), []
+    for ep in rollouts.get(step, []):
+        if ep["env_seed"] in seen or not ep.get("reasoning"):
+            continue
+        seen.add(ep["env_seed"])
+        out.append({"step": step, "env_seed": ep["env_seed"], "prompt": ep.get("prompt"),
+                    "reasoning": ep["reasoning"], "reward": ep["reward"]})
+        if len(out) == per_run:
+            break
+    return out
+
+
+def load_summaries(run_dirs: dict[tuple[str, int], str | Path]) -> dict[tuple[str, int], dict | None]:
+    """``summary.json`` of every run (None where the run has none)."""
+    return {key: load_summary(path) for key, path in run_dirs.items()}

@@ -1,0 +1,83 @@
+"""The study analysis (ragen2.analysis.study) on hand-made runs, numbers worked out by hand."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import pytest
+
+from ragen2.analysis import study
+
+RUN_A = {  # evaluation at 0 and 2; monitor at 1 and 2
+    0: {"eval/success": 0.1},
+    1: {"collapse/mi": 0.5, "collapse/token_entropy": 1.0, "timing/step_s": 2.0,
+        "filter/kept_ratio": 1.0, "rollout/success": 0.2},
+    2: {"eval/success": 0.3, "collapse/mi": 0.7, "collapse/token_entropy": 0.9,
+        "timing/step_s": 4.0, "filter/kept_ratio": 0.5, "rollout/success": 0.4},
+}
+
+
+def test_run_summary_by_hand():
+    row = study.run_summary("none", 0, RUN_A)
+    assert row["initial_success"] == 0.1 and row["final_success"] == 0.3
+    assert row["final_mi"] == 0.7 and row["final_token_entropy"] == 0.9
+    assert row["mean_step_s"] == pytest.approx(3.0)
+    assert row["mean_kept_ratio"] == pytest.approx(0.75)
+    assert row["final_retrieval_acc"] is None and row["steps"] == 2
+    # the summary's final evaluation wins over the metrics file
+    assert study.run_summary("none", 0, RUN_A, {"eval_after": 0.35})["final_success"] == 0.35
+
+
+def test_paired_only_where_both_exist():
+    assert study.paired(RUN_A, "mi", "success") == [(0.7, 0.3)]
+    assert study.paired(RUN_A, "mi", "train_success") == [(0.5, 0.2), (0.7, 0.4)]
+    nan_run = {1: {"collapse/mi": math.nan, "eval/success": 0.5}}
+    assert study.paired(nan_run, "mi", "success") == []
+
+
+def test_spearman_by_hand():
+    # ranks x 1 2 3 4, y 2 1 4 3: sum d^2 = 4, rho = 1 - 6 * 4 / (4 * 15) = 0.6
+    assert study.spearman([(1, 2), (2, 1), (3, 4), (4, 3)])["rho"] == pytest.approx(0.6)
+    # ties: x ranks 1, 2.5, 2.5, 4 against 1..4 -> 4.5 / sqrt(4.5 * 5) = 0.948683
+    r = study.spearman([(1, 1), (2, 2), (2, 3), (3, 4)])
+    assert r["rho"] == pytest.approx(0.948683, abs=1e-6) and r["n"] == 4
+    assert study.spearman([(1, 1), (2, 2)])["rho"] is None  # too few points
+    assert study.spearman([(1, 5), (2, 5), (3, 5)])["rho"] is None  # constant side
+
+
+def test_correlations_pool_points_of_all_runs():
+    run_b = {2: {"eval/success": 0.1, "collapse/mi": 0.2, "collapse/token_entropy": 1.5},
+             4: {"eval/success": 0.6, "collapse/mi": 0.9, "collapse/token_entropy": 1.2}}
+    corr = study.correlations({("none", 0): RUN_A, ("top_p", 0): run_b})
+    # pooled (mi, success): (0.7, 0.3), (0.2, 0.1), (0.9, 0.6) -> same order: rho 1
+    assert corr["mi_vs_success"]["rho"] == pytest.approx(1.0) and corr["mi_vs_success"]["n"] == 3
+    # (entropy, success): (0.9, 0.3), (1.5, 0.1), (1.2, 0.6): ranks x 1 3 2, y 2 1 3
+    # sum d^2 = 1 + 4 + 1 = 6 -> rho = 1 - 36 / 24 = -0.5
+    assert corr["entropy_vs_success"]["rho"] == pytest.approx(-0.5)
+    assert corr["retrieval_vs_success"] == {"rho": None, "p": None, "n": 0}
+
+
+def test_arm_table_mean_and_spread():
+    rows = [{"arm": "none", "final_success": 0.2}, {"arm": "none", "final_success": 0.4},
+            {"arm": "top_p", "final_success": 0.5}]
+    t = study.arm_table(rows, keys=("final_success",))
+    assert t["none"]["final_success"]["mean"] == pytest.approx(0.3)
+    assert t["none"]["final_success"]["std"] == pytest.approx(0.141421, abs=1e-6)
+    assert t["top_p"]["final_success"] == {"mean": 0.5, "std": 0.0, "min": 0.5, "max": 0.5, "n": 1}
+
+
+def test_plots_and_examples(tmp_path):
+    runs = {("none", 0): RUN_A, ("none", 1): RUN_A, ("top_p", 0): RUN_A}
+    paths = study.write_plots(runs, study.correlations(runs), tmp_path)
+    assert [p.name for p in paths] == ["curves.png", "scatter.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+    (tmp_path / "rollouts").mkdir()
+    eps = [{"group_id": g, "env_seed": 10 + g // 2, "reasoning": f"think {g}", "reward": 1.0,
+            "prompt": "grid"} for g in range(4)]
+    with gzip.open(tmp_path / "rollouts" / "step_000003.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(e) for e in eps))
+    ex = study.reasoning_examples(tmp_path)
+    assert [(e["step"], e["env_seed"], e["reasoning"]) for e in ex] == [(3, 10, "think 0"), (3, 11, "think 2")]
