@@ -8,7 +8,7 @@ hand: ``model(...)``, log-softmax + gather, the PPO-clip loss inline, ``backward
 ``clip_grad_norm_``, ``AdamW.step`` -- with the shortcuts a careful hand-written loop takes too
 (old logprobs of the first mini-batch come from its own forward; micro-batches are trimmed to
 their longest row; logits only from the first trained column, ``logits_to_keep``) and ragen2's
-mini-batch order (shuffled groups), so both sides run the same forwards and backwards. The
+row order (a group's rows together within each mini-batch), so both sides run the same forwards and backwards. The
 rows share no prompt, so ragen2's shared-prefix forward (which the plain loop lacks) stays off:
 this measures the framework's overhead, not that saving (``trl`` shows it). One update from the
 same weights must give the same weights up to float rounding (``max_weight_diff``), which
@@ -91,7 +91,7 @@ class PlainLoop:
     def update(self, batch: dict[str, np.ndarray], step: int) -> None:
         import torch
 
-        from ragen2.learner.microbatch import rows_by_group
+        from ragen2.learner.microbatch import mini_batches
 
         a, n = self.a, len(batch["rewards"])
         r, g = torch.tensor(batch["rewards"]), torch.tensor(batch["group_ids"])
@@ -99,9 +99,9 @@ class PlainLoop:
         std = torch.stack([r[g == k].std() for k in range(len(mean))])
         adv = (r - mean[g]) / (std[g] + 1e-6)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        groups = batch["group_ids"].tolist()  # ragen2's order: shuffled groups, rows together
-        perm = np.asarray(rows_by_group(groups, torch.randperm(len(set(groups)), generator=gen).tolist()))
-        minis = [mb for mb in np.array_split(perm, a.ppo_mini_batches) if len(mb)]
+        perm = torch.randperm(n, generator=gen).tolist()  # ragen2's mini-batches and row order
+        minis = [np.asarray(mb) for mb in mini_batches(perm, batch["group_ids"].tolist(),
+                                                       a.ppo_mini_batches)]
 
         def micro(rows):
             width = int(batch["attention_mask"][rows].sum(1).max())

@@ -12,24 +12,30 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def rows_by_group(group_ids: Sequence[int], group_order: Sequence[int]) -> list[int]:
-    """Row ids with the rows of each group together, groups in ``group_order``.
+def mini_batches(perm: Sequence[int], group_ids: Sequence[int], count: int) -> list[list[int]]:
+    """Split a random row order into ``count`` mini-batches; within each, a group's rows together.
+
+    Membership is ``np.array_split(perm, count)``: a random draw of rows, as PPO wants (whole
+    groups per mini-batch would leave many mini-batches with only zero-advantage groups, whose
+    Adam steps are noise at full size: held-out success fell from 0.13-0.22 to 0.02-0.06 after
+    20 FrozenLake steps over three seeds). The order within a mini-batch changes only float
+    rounding (losses are normalised by mini-batch totals); rows of a group next to each other let
+    contiguous per-rank slices and micro-batches share their prompt (:mod:`ragen2.learner.prefix`).
 
     Args:
-        group_ids: (N,) the group of each row (any ints).
-        group_order: a permutation of ``range(G)`` over the G distinct groups in sorted order.
+        perm: (N,) a permutation of the row ids.
+        group_ids: (N,) the group of each row id.
+        count: mini-batches wanted (empty ones are dropped).
     Returns:
-        (N,) row ids: the rows of group ``sorted(set(group_ids))[group_order[0]]`` in row order,
-        then the next group's. Mini- and micro-batches cut from it hold whole groups where they
-        can, so a group's shared prompt is forwarded once (:mod:`ragen2.learner.prefix`).
+        lists of row ids; within each, sorted by group id, ties in ``perm`` order.
     """
-    keys = sorted(set(group_ids))
-    if sorted(group_order) != list(range(len(keys))):
-        raise ValueError(f"group_order must be a permutation of range({len(keys)}), got {list(group_order)}")
-    rows: dict[int, list[int]] = {k: [] for k in keys}
-    for i, g in enumerate(group_ids):
-        rows[g].append(i)
-    return [i for o in group_order for i in rows[keys[o]]]
+    n, out = len(perm), []
+    for k in range(count):  # np.array_split's sizes: the first n % count get one more
+        start = k * (n // count) + min(k, n % count)
+        chunk = list(perm[start:start + n // count + (k < n % count)])
+        if chunk:
+            out.append(sorted(chunk, key=lambda i: group_ids[i]))  # stable: ties keep perm order
+    return out
 
 
 def _cost(group: Sequence[int], lengths: Sequence[int]) -> int:

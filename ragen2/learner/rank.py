@@ -27,7 +27,7 @@ from ragen2.config import Config
 from ragen2.learner.fsdp import (check_attn_implementation, full_state_dict, full_tensor, gathered,
                                  load_full_state_dict, load_value_model, shard_model)
 from ragen2.learner.lora import adapter_dropout, has_adapter_dropout, wrap_lora
-from ragen2.learner.microbatch import plan_token_micro_batches, rows_by_group
+from ragen2.learner.microbatch import mini_batches, plan_token_micro_batches
 from ragen2.learner.prefix import (PrefixPlan, plan_shared_prefix, shared_prefix_logits,
                                    to_positions)
 from ragen2.learner.weights import load_full_weights, named_full_weights
@@ -302,10 +302,9 @@ class LearnerRank:
             g["lr"] = lr
         n = len(batch["rewards"])
         gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
-        groups = batch["group_ids"].tolist()
-        order = torch.randperm(len(set(groups)), generator=gen).tolist()
-        perm = np.asarray(rows_by_group(groups, order))  # shuffled groups, each kept together
-        minis = [mb for mb in np.array_split(perm, a.ppo_mini_batches) if len(mb)]
+        perm = torch.randperm(n, generator=gen).tolist()
+        minis = [np.asarray(mb) for mb in mini_batches(perm, batch["group_ids"].tolist(),
+                                                       a.ppo_mini_batches)]
         plan = [(mb, self._micro_batches(batch, mb)) for mb in minis]
 
         # 1. old / ref logprobs and values for this rank's rows (no grad). The first mini-batch is

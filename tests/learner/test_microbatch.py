@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ragen2.learner.microbatch import (pack_by_tokens, plan_token_micro_batches, rows_by_group,
+from ragen2.learner.microbatch import (mini_batches, pack_by_tokens, plan_token_micro_batches,
                                        split_to_count)
 
 LENGTHS = [5, 9, 3, 9, 2]  # longest first (ties by index): rows 1, 3, 0, 2, 4
@@ -64,9 +64,15 @@ def test_plan_invariants(world):
                 assert cost <= budget or len(g) == 1
 
 
-def test_rows_by_group_by_hand():
-    # groups 7 (rows 0, 3), 2 (rows 1, 4), 5 (row 2); sorted keys [2, 5, 7]; order 2, 0, 1
-    assert rows_by_group([7, 2, 5, 7, 2], [2, 0, 1]) == [0, 3, 1, 4, 2]
-    assert rows_by_group([7, 2, 5, 7, 2], [0, 1, 2]) == [1, 4, 2, 0, 3]
-    with pytest.raises(ValueError, match="permutation of range\\(3\\)"):
-        rows_by_group([7, 2, 5], [0, 1, 1])
+def test_mini_batches_random_membership_groups_together_inside():
+    import numpy as np
+
+    perm = [5, 0, 3, 6, 1, 4, 2]
+    groups = [0, 0, 1, 1, 2, 2, 2]  # group of each row id
+    got = mini_batches(perm, groups, 2)
+    # membership is np.array_split(perm, 2): [5, 0, 3, 6] and [1, 4, 2] -- never whole groups
+    assert [sorted(m) for m in got] == [sorted(m.tolist()) for m in np.array_split(perm, 2)]
+    # inside: by group -- [5, 0, 3, 6] has groups 2, 0, 1, 2 -> rows 0, 3, then 5, 6 (perm order);
+    # [1, 4, 2] has groups 0, 2, 1 -> rows 1, 2, 4
+    assert got == [[0, 3, 5, 6], [1, 2, 4]]
+    assert mini_batches(perm, groups, 10)[0] == [5] and len(mini_batches(perm, groups, 10)) == 7

@@ -67,9 +67,7 @@ def test_one_bad_mini_batch_is_skipped_the_others_apply(tiny_model_path):
     try:
         before = _snapshot(r)
         weights = np.array([1, np.inf, 1, 1, 1, 1], np.float32)  # row 1 (group 0): adv * inf
-        # mini-batches hold whole groups: group 0's is poisoned, group 1's (rewards 1, 0, 1) applies
-        rewards = np.array([1, 0, 0, 1, 0, 1], np.float32)
-        m = r.update(_stamped(0, sample_weights=weights, rewards=rewards), step=1)
+        m = r.update(_stamped(0, sample_weights=weights), step=1)
         assert m["actor/nonfinite_skipped"] == 1 and m["actor/optimizer_steps"] == 1
         for k in ("actor/loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
             assert math.isfinite(m[k]), k
