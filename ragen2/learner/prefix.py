@@ -63,8 +63,10 @@ def plan_shared_prefix(ids: Tensor, attn: Tensor, mask: Tensor, min_saving: floa
     if n_groups * p + b * s > (1 - min_saving) * b * t:
         return None
     g = torch.tensor(group, device=ids.device)
-    leader = torch.zeros(n_groups, dtype=torch.long, device=ids.device).scatter_(
-        0, g.flip(0), torch.arange(b - 1, -1, -1, device=ids.device))  # the first row of each group
+    first_row: dict[int, int] = {}
+    for i, k in enumerate(group):
+        first_row.setdefault(k, i)
+    leader = torch.tensor([first_row[k] for k in range(n_groups)], device=ids.device)
     cols = torch.arange(p, device=ids.device)
     prefix_attn = (cols[None] < offset[leader][:, None]).to(attn.dtype)
     prefix_ids = ids[leader, :p] * prefix_attn
