@@ -55,8 +55,9 @@ def plan_shared_prefix(ids: Tensor, attn: Tensor, mask: Tensor, min_saving: floa
     offset = (first - 1).clamp(min=0)
     if int(offset.min()) == 0:  # a row trained from position 1 has no prefix to share
         return None
+    rows, offsets = ids.cpu().numpy(), offset.tolist()  # one device-to-host copy
     keys: dict[bytes, int] = {}
-    group = [keys.setdefault(ids[i, :int(offset[i])].cpu().numpy().tobytes(), len(keys)) for i in range(b)]
+    group = [keys.setdefault(rows[i, :offsets[i]].tobytes(), len(keys)) for i in range(b)]
     n_groups = len(keys)
     suffix_len = lengths - offset
     p, s = int(offset.max()), int(suffix_len.max())

@@ -309,7 +309,7 @@ class LearnerRank:
 
         # 1. old / ref logprobs and values for this rank's rows (no grad). The first mini-batch is
         #    trained before the policy moves, so its old logprobs come free from its own forward.
-        cache: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+        cache: dict[tuple[int, int], dict[str, Any]] = {}
         stats = {"gap_sum": 0.0, "tokens": 0.0}
         with torch.no_grad():
             for mi, (_, micros) in enumerate(plan):
@@ -318,7 +318,8 @@ class LearnerRank:
                                                          "loss_mask", "logprobs")
                     c = cache[mi, ui] = {}
                     sc = self._scales(batch, micro)
-                    share = self._prefix_plan(ids, attn, mask)
+                    # planned once per micro-batch (a collective with FSDP); every epoch reuses it
+                    c["share"] = share = self._prefix_plan(ids, attn, mask)
                     if mi > 0 or self.lora_dropout:  # (dropout: old logprobs without it)
                         c["old"], _ = self._forward(self.model, ids, attn, mask, sc, plan=share)
                         self._gap(stats, eng, c["old"], mask)
@@ -379,7 +380,7 @@ class LearnerRank:
         return out
 
     def _ppo_epochs(self, batch: dict[str, np.ndarray], plan: list[tuple[np.ndarray, list[_Rows]]],
-                    cache: dict[tuple[int, int], dict[str, torch.Tensor]], stats: dict[str, float],
+                    cache: dict[tuple[int, int], dict[str, Any]], stats: dict[str, float],
                     loss_scale: float) -> dict[str, float]:
         """Step 3 of :meth:`update`: ``ppo_epochs`` passes over the mini-batches, one optimiser
         step per mini-batch. Returns the summed (this rank's) loss terms and gradient norms of the
@@ -406,7 +407,7 @@ class LearnerRank:
                     c = cache[mi, ui]
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
                                                          "attention_mask", "loss_mask", "logprobs")
-                    share = self._prefix_plan(ids, attn, mask)
+                    share = c["share"]
                     with self._holding(share):  # forward .. backward
                         lp, ent = self._forward(self.model, ids, attn, mask, self._scales(batch, micro),
                                                 entropy=True, entropy_grad=a.entropy_coef > 0, plan=share)
