@@ -5,7 +5,9 @@ Arms (the same steps and rollouts per step in every arm; filtering trains on few
 * ``none``: GRPO, no filtering;
 * ``top_p``: top-p SNR filtering on group reward spread (p = 0.9, zero-spread groups dropped);
 * ``tiered``: tiered SNR filtering (priority pool, low/high weights, hotter sampling of
-  low-spread prompts).
+  low-spread prompts);
+* ``reg`` (optional, ``--arms reg``): no filtering with a strong entropy bonus and KL term, the
+  regulariser-heavy baseline.
 
 Every run is ``ragen2-train`` from the default job's cached warm start, for ``--seeds`` seeds:
 held-out success every ``eval_every`` steps on ``eval_episodes`` held-out seeds, the MI monitor
@@ -18,6 +20,7 @@ Usage::
     python benchmarks/collapse_study/run.py                 # 3 arms x 3 seeds x 40 steps (~40 min)
     python benchmarks/collapse_study/run.py --quick         # 3 arms x 1 seed x 2 steps (smoke test)
     python benchmarks/collapse_study/run.py --analyze-only  # redo the analysis of existing runs
+    python benchmarks/collapse_study/run.py --arms reg      # add an arm; earlier arms' runs are kept
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ARMS = {"none": ["filter=none"], "top_p": ["filter=top_p"], "tiered": ["filter=tiered"]}
+ARMS = {"none": ["filter=none"], "top_p": ["filter=top_p"], "tiered": ["filter=tiered"],
+        # optional: strong input-agnostic regularisers (an entropy bonus and a KL pull to the warm
+        # start) that dominate the gradient when most groups have no reward spread
+        "reg": ["filter=none", "algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.1"]}
+DEFAULT_ARMS = ["none", "top_p", "tiered"]
 FULL = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5, "seeds": [0, 1, 2]}
 QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0]}
 
@@ -130,7 +137,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="output directory (default: benchmarks/collapse_study/results[_quick])")
     ap.add_argument("--seeds", type=int, nargs="+", default=None)
-    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=DEFAULT_ARMS)
     ap.add_argument("--analyze-only", action="store_true", help="reuse the runs in --out")
     args = ap.parse_args()
     s = dict(QUICK if args.quick else FULL)
@@ -138,15 +145,21 @@ def main() -> int:
         s["seeds"] = args.seeds
     out = args.out or HERE / ("results_quick" if args.quick else "results")
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    settings = {**s, "arms": {a: ARMS[a] for a in args.arms}, "env": "ragen2/FrozenLake-v0 (default job)",
-                "quick": args.quick}
+    previous = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     if args.analyze_only:
-        runs = json.loads((out / "results.json").read_text())["runs"]
+        if not previous:
+            ap.error(f"--analyze-only: no {out / 'results.json'} to reanalyse")
+        runs, settings = previous["runs"], previous["settings"]
     else:
+        settings = {**s, "arms": {a: ARMS[a] for a in args.arms},
+                    "env": "ragen2/FrozenLake-v0 (default job)", "quick": args.quick}
         t0 = time.perf_counter()
         runs = [run_one(arm, seed, s, out / "runs" / f"{arm}_s{seed}")
                 for seed in s["seeds"] for arm in args.arms]
         settings["total_wall_s"] = time.perf_counter() - t0
+        from ragen2.analysis.study import merge_runs
+
+        runs, settings = merge_runs(previous, runs, settings)
     analyze(out, runs, settings)
     failed = [f"{r['arm']} seed {r['seed']}" for r in runs if r["returncode"] != 0]
     if failed:

@@ -21,7 +21,7 @@ from typing import Any
 from ragen2.analysis.rollouts import load_metrics, load_rollouts, load_summary
 
 __all__ = ["CORRELATIONS", "SERIES", "arm_table", "correlations", "load_study", "load_summaries",
-           "paired", "reasoning_examples", "run_summary", "series", "spearman", "write_plots"]
+           "merge_runs", "paired", "reasoning_examples", "run_summary", "series", "spearman", "write_plots"]
 
 #: short name -> metrics.jsonl key of the per-step series the study reports
 SERIES = {
@@ -222,3 +222,27 @@ def reasoning_examples(run_dir: str | Path, per_run: int = 3, step: int | None =
 def load_summaries(run_dirs: dict[tuple[str, int], str | Path]) -> dict[tuple[str, int], dict | None]:
     """``summary.json`` of every run (None where the run has none)."""
     return {key: load_summary(path) for key, path in run_dirs.items()}
+
+
+#: settings that must match for runs of two invocations to belong to one study
+STUDY_KEYS = ("steps", "eval_every", "eval_episodes", "monitor_every", "quick")
+
+
+def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: dict[str, Any]
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Add this invocation's ``runs`` to an earlier ``results.json`` (``previous``) of the same study.
+
+    Earlier runs of (arm, seed) pairs not rerun now are kept (their bookkeeping fields only; the
+    analysis recomputes the rest); a pair run again is replaced. If any of :data:`STUDY_KEYS`
+    differs, the earlier runs belong to another study and are dropped. Settings merge their
+    ``arms`` and ``seeds`` and add up ``total_wall_s``."""
+    old = previous.get("settings", {})
+    if not previous or any(old.get(k) != settings.get(k) for k in STUDY_KEYS):
+        return runs, settings
+    done = {(r["arm"], r["seed"]) for r in runs}
+    kept = [{k: r[k] for k in ("arm", "seed", "returncode", "wall_s", "overrides") if k in r}
+            for r in previous.get("runs", []) if (r["arm"], r["seed"]) not in done]
+    merged = {**settings, "arms": {**old.get("arms", {}), **settings.get("arms", {})},
+              "seeds": sorted({*old.get("seeds", []), *settings.get("seeds", [])}),
+              "total_wall_s": old.get("total_wall_s", 0.0) + settings.get("total_wall_s", 0.0)}
+    return kept + runs, merged

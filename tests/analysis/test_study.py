@@ -81,3 +81,25 @@ def test_plots_and_examples(tmp_path):
         f.write("\n".join(json.dumps(e) for e in eps))
     ex = study.reasoning_examples(tmp_path)
     assert [(e["step"], e["env_seed"], e["reasoning"]) for e in ex] == [(3, 10, "think 0"), (3, 11, "think 2")]
+
+
+def test_merge_runs_keeps_other_arms_and_replaces_reruns():
+    base = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5, "quick": False}
+    previous = {"settings": {**base, "arms": {"none": ["filter=none"]}, "seeds": [0, 1],
+                             "total_wall_s": 100.0},
+                "runs": [{"arm": "none", "seed": 0, "returncode": 0, "wall_s": 50.0, "overrides": [],
+                          "final_success": 0.2},
+                         {"arm": "none", "seed": 1, "returncode": 1, "wall_s": 50.0, "overrides": []}]}
+    now = [{"arm": "none", "seed": 1, "returncode": 0, "wall_s": 60.0, "overrides": []},
+           {"arm": "reg", "seed": 1, "returncode": 0, "wall_s": 70.0, "overrides": []}]
+    settings = {**base, "arms": {"reg": ["x=1"]}, "seeds": [1], "total_wall_s": 130.0}
+    runs, merged = study.merge_runs(previous, now, settings)
+    # seed 0 of "none" is kept (bookkeeping only), seed 1 of "none" is replaced by the rerun
+    assert runs == [{"arm": "none", "seed": 0, "returncode": 0, "wall_s": 50.0, "overrides": []},
+                    *now]
+    assert merged["arms"] == {"none": ["filter=none"], "reg": ["x=1"]}
+    assert merged["seeds"] == [0, 1] and merged["total_wall_s"] == 230.0
+    # a different study (other step count) is not merged into
+    other = {**settings, "steps": 2}
+    assert study.merge_runs(previous, now, other) == (now, other)
+    assert study.merge_runs({}, now, settings) == (now, settings)
