@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def run_one(arm: str, seed: int, s: dict, run_dir: Path) -> dict:
            f"hydra.run.dir={run_dir}"]
     t0 = time.perf_counter()
     with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     wall = time.perf_counter() - t0
     print(f"  {arm} seed {seed}: exit {rc}, {wall:.0f} s", flush=True)
     return {"arm": arm, "seed": seed, "returncode": rc, "wall_s": wall, "overrides": overrides(arm, seed, s)}
@@ -66,13 +67,26 @@ def fmt(v: float | None, digits: int = 3) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-def headline(table: dict, corr: dict) -> str:
-    def rho(name: str) -> str:
-        c = corr[name]
+def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None = None) -> str:
+    from ragen2.analysis.study import series
+
+    def rho(c: dict) -> str:
         return "n/a" if c["rho"] is None else f"{c['rho']:+.2f} (n={c['n']}, p={c['p']:.2g})"
 
-    parts = [f"Spearman vs held-out success: MI {rho('mi_vs_success')}, "
-             f"token entropy {rho('entropy_vs_success')}"]
+    def both(cs: dict) -> str:
+        return f"MI {rho(cs['mi_vs_success'])}, token entropy {rho(cs['entropy_vs_success'])}"
+
+    if corr_default:
+        parts = [f"Spearman vs held-out success, {'/'.join(DEFAULT_ARMS)} runs: {both(corr_default)}",
+                 f"all runs: {both(corr)}"]
+    else:
+        parts = [f"Spearman vs held-out success: {both(corr)}"]
+    mi = [abs(v) for m in metrics.values() for _, v in series(m, "mi")]
+    bound = [row["collapse/log_n"] for m in metrics.values() for row in m.values()
+             if isinstance(row.get("collapse/log_n"), (int, float))]
+    if mi:
+        parts.append(f"largest |MI| at any monitor step of any run: {max(mi):.4f} nats"
+                     + (f" (bound log N = {max(bound):.2f})" if bound else ""))
     finals = ", ".join(f"{arm} {fmt(t.get('final_success', {}).get('mean'))}"
                        for arm, t in table.items())
     parts.append(f"final held-out success (mean over seeds): {finals}")
@@ -90,19 +104,27 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
             if r["returncode"] == 0}
     metrics = study.load_study(dirs)
     summaries = study.load_summaries(dirs)
+    order = list(settings.get("arms", {}))
     rows = []
-    for r in runs:
+    for r in sorted(runs, key=lambda r: (order.index(r["arm"]) if r["arm"] in order else len(order),
+                                         r["seed"])):
         key = (r["arm"], r["seed"])
         row = {**r}
         if key in metrics:
             row.update(study.run_summary(*key, metrics[key], summaries[key]))
         rows.append(row)
     corr = study.correlations(metrics)
+    by_arm = {arm: study.correlations({k: m for k, m in metrics.items() if k[0] == arm})
+              for arm in dict.fromkeys(a for a, _ in metrics)}
+    default = {k: m for k, m in metrics.items() if k[0] in DEFAULT_ARMS}
+    corr_default = study.correlations(default) if default and len(default) < len(metrics) else None
     table = study.arm_table([r for r in rows if r["returncode"] == 0])
     plots = study.write_plots(metrics, corr, out) if metrics else []
     result = {"settings": settings, "machine": {"python": platform.python_version(),
-                                                "cpus": __import__("os").cpu_count()},
-              "runs": rows, "arms": table, "spearman": corr, "headline": headline(table, corr),
+                                                "cpus": os.cpu_count()},
+              "runs": rows, "arms": table, "spearman": corr,
+              **({"spearman_default_arms": corr_default} if corr_default else {}),
+              "spearman_by_arm": by_arm, "headline": headline(table, corr, metrics, corr_default),
               "plots": [p.name for p in plots]}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     write_examples(out, rows, dirs)
@@ -111,22 +133,28 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
 
 
 def write_examples(out: Path, rows: list[dict], dirs: dict) -> None:
-    """First-turn reasoning at the last step of the runs with the lowest and the highest final MI."""
+    """First-turn reasoning at the first and the last saved step of the runs with the lowest and
+    the highest final MI (with its permutation floor: at this scale the two may not differ)."""
     from ragen2.analysis.study import reasoning_examples
 
     scored = [r for r in rows if r.get("final_mi") is not None]
     if not scored:
         return
     lines = ["# Reasoning examples", "",
-             "First-turn `<think>` text from the last saved step, distinct prompts (env seeds).", ""]
+             ("First-turn `<think>` text at the first and the last saved step, distinct prompts "
+              "(env seeds)."), ""]
     low, high = min(scored, key=lambda r: r["final_mi"]), max(scored, key=lambda r: r["final_mi"])
     for title, r in (("lowest final MI", low), ("highest final MI", high)):
-        lines += [f"## {title}: {r['arm']} seed {r['seed']} (MI {r['final_mi']:.3f} nats, "
-                  f"held-out success {fmt(r.get('final_success'))})", ""]
-        for ex in reasoning_examples(dirs[(r["arm"], r["seed"])]):
-            prompt = (ex["prompt"] or "").strip().replace("\n", " / ")
-            lines += [f"- step {ex['step']}, env seed {ex['env_seed']}, reward {ex['reward']}",
-                      f"  - observation: `{prompt[:160]}`", f"  - reasoning: `{ex['reasoning'][:300]}`"]
+        floor = r.get("final_mi_null")
+        lines += [(f"## {title}: {r['arm']} seed {r['seed']} (MI {r['final_mi']:.4f} nats, "
+                   f"permutation floor {fmt(floor, 4)}; held-out success "
+                   f"{fmt(r.get('initial_success'))} -> {fmt(r.get('final_success'))})"), ""]
+        for which in ("first", "last"):
+            for ex in reasoning_examples(dirs[(r["arm"], r["seed"])], step=which):
+                prompt = (ex["prompt"] or "").strip().replace("\n", " / ")
+                lines += [f"- step {ex['step']}, env seed {ex['env_seed']}, reward {ex['reward']:.2f}",
+                          f"  - observation: `{prompt[:160]}`",
+                          f"  - reasoning: `{ex['reasoning'][:300]}`"]
         lines.append("")
     (out / "examples.md").write_text("\n".join(lines))
 

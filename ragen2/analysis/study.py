@@ -28,12 +28,15 @@ SERIES = {
     "success": "eval/success",  # held-out, at evaluation steps
     "train_success": "rollout/success",
     "mi": "collapse/mi",
+    "mi_null": "collapse/mi_null",  # the permutation floor of the MI estimate
     "retrieval_acc": "collapse/retrieval_acc@1",
     "h_cond": "collapse/h_cond",
     "token_entropy": "collapse/token_entropy",
     "reward_spread": "rollout/group_reward_std_mean",
     "kept_ratio": "filter/kept_ratio",
     "step_s": "timing/step_s",
+    "reasoning_tokens": "collapse/reasoning_tokens_mean",  # first-turn <think> length
+    "format_errors": "rollout/format_error_rate",
 }
 
 #: name -> (x series, y series): what is correlated with what
@@ -80,7 +83,9 @@ def run_summary(arm: str, seed: int, metrics: Metrics, summary: dict[str, Any] |
     row = {"arm": arm, "seed": seed,
            "initial_success": success[0][1] if success else None,
            "final_success": success[-1][1] if success else None,
-           "final_mi": last("mi"), "final_retrieval_acc": last("retrieval_acc"),
+           "final_mi": last("mi"), "final_mi_null": last("mi_null"),
+           "final_retrieval_acc": last("retrieval_acc"),
+           "final_reasoning_tokens": last("reasoning_tokens"),
            "final_h_cond": last("h_cond"), "final_token_entropy": last("token_entropy"),
            "mean_reward_spread": mean_rl("reward_spread"), "mean_kept_ratio": mean_rl("kept_ratio"),
            "mean_step_s": mean_rl("step_s"), "steps": max(metrics) if metrics else 0}
@@ -121,8 +126,8 @@ def correlations(study: dict[tuple[str, int], Metrics]) -> dict[str, dict[str, f
 
 
 def arm_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = (
-        "initial_success", "final_success", "final_mi", "final_token_entropy",
-        "mean_kept_ratio", "mean_step_s")) -> dict[str, dict[str, dict[str, float]]]:
+        "initial_success", "final_success", "final_mi", "final_retrieval_acc",
+        "final_token_entropy", "final_reasoning_tokens", "mean_kept_ratio", "mean_step_s")) -> dict[str, dict[str, dict[str, float]]]:
     """Per arm and key: mean, sample std (0 for one seed), min, max over the arm's seeds."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for arm in dict.fromkeys(r["arm"] for r in rows):
@@ -160,17 +165,27 @@ def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str,
     panels = [("success", "held-out success"), ("mi", "MI (nats)"), ("retrieval_acc", "retrieval acc@1"),
               ("token_entropy", "token entropy (nats)"), ("reward_spread", "group reward std"),
               ("kept_ratio", "kept ratio"), ("train_success", "training success"),
-              ("h_cond", "conditional entropy H(Z|X)"), ("step_s", "step time (s)")]
-    fig, axes = plt.subplots(3, 3, figsize=(15, 11))
+              ("h_cond", "conditional entropy H(Z|X)"), ("step_s", "step time (s)"),
+              ("reasoning_tokens", "first-turn reasoning tokens"),
+              ("format_errors", "format error rate (training)")]
+    fig, axes = plt.subplots(3, 4, figsize=(19, 11))
     for ax, (name, title) in zip(axes.flat, panels):
         for i, arm in enumerate(arms):
             steps, mean, lo, hi = _band(study, arm, name)
             if steps:
                 ax.plot(steps, mean, marker="o", ms=3, label=arm, color=f"C{i}")
                 ax.fill_between(steps, lo, hi, alpha=0.2, color=f"C{i}")
+            if name == "mi":  # the permutation floor: MI below it is indistinguishable from 0
+                steps, mean, _, _ = _band(study, arm, "mi_null")
+                if steps:
+                    ax.plot(steps, mean, ls=":", color=f"C{i}")
+        if name == "mi":
+            title += " (dotted: permutation floor)"
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
     axes.flat[0].legend()
     fig.suptitle("per arm: mean over seeds, band = min..max")
     fig.tight_layout()
@@ -187,7 +202,7 @@ def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str,
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, label=arm, color=f"C{i}")
         c = corr.get(name, {})
         rho = "n/a" if c.get("rho") is None else f"{c['rho']:+.2f}"
-        ax.set_title(f"{label} vs held-out success: Spearman {rho} (n={c.get('n', 0)})")
+        ax.set_title(f"{label} vs held-out success\nSpearman {rho} over all runs (n={c.get('n', 0)})")
         ax.set_xlabel(label)
         ax.set_ylabel("held-out success")
         ax.grid(alpha=0.3)
@@ -199,14 +214,18 @@ def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str,
     return paths
 
 
-def reasoning_examples(run_dir: str | Path, per_run: int = 3, step: int | None = None
+def reasoning_examples(run_dir: str | Path, per_run: int = 3, step: int | str = "last"
                        ) -> list[dict[str, Any]]:
     """A few saved first-turn reasonings of one run, from distinct prompts (env seeds) at ``step``
-    (default: the last saved step): ``{"step", "env_seed", "prompt", "reasoning", "reward"}``."""
+    (a step number, or ``"first"`` / ``"last"`` saved step):
+    ``{"step", "env_seed", "prompt", "reasoning", "reward"}``."""
     rollouts = load_rollouts(run_dir)
     if not rollouts:
         return []
-    step = max(rollouts) if step is None else step
+    if isinstance(step, str):
+        if step not in ("first", "last"):
+            raise ValueError(f"step {step!r} is invalid; allowed: a step number, 'first' or 'last'")
+        step = min(rollouts) if step == "first" else max(rollouts)
     seen, out = set(), []
     for ep in rollouts.get(step, []):
         if ep["env_seed"] in seen or not ep.get("reasoning"):
@@ -235,7 +254,8 @@ def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: d
     Earlier runs of (arm, seed) pairs not rerun now are kept (their bookkeeping fields only; the
     analysis recomputes the rest); a pair run again is replaced. If any of :data:`STUDY_KEYS`
     differs, the earlier runs belong to another study and are dropped. Settings merge their
-    ``arms`` and ``seeds`` and add up ``total_wall_s``."""
+    ``arms`` and ``seeds``; ``total_wall_s`` becomes the summed ``wall_s`` of the merged runs (a
+    replaced run's time no longer counts)."""
     old = previous.get("settings", {})
     if not previous or any(old.get(k) != settings.get(k) for k in STUDY_KEYS):
         return runs, settings
@@ -244,5 +264,5 @@ def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: d
             for r in previous.get("runs", []) if (r["arm"], r["seed"]) not in done]
     merged = {**settings, "arms": {**old.get("arms", {}), **settings.get("arms", {})},
               "seeds": sorted({*old.get("seeds", []), *settings.get("seeds", [])}),
-              "total_wall_s": old.get("total_wall_s", 0.0) + settings.get("total_wall_s", 0.0)}
+              "total_wall_s": sum(r.get("wall_s", 0.0) for r in kept + runs)}
     return kept + runs, merged

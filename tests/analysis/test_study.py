@@ -15,7 +15,7 @@ RUN_A = {  # evaluation at 0 and 2; monitor at 1 and 2
     1: {"collapse/mi": 0.5, "collapse/token_entropy": 1.0, "timing/step_s": 2.0,
         "filter/kept_ratio": 1.0, "rollout/success": 0.2},
     2: {"eval/success": 0.3, "collapse/mi": 0.7, "collapse/token_entropy": 0.9,
-        "timing/step_s": 4.0, "filter/kept_ratio": 0.5, "rollout/success": 0.4},
+        "collapse/mi_null": 0.05, "collapse/reasoning_tokens_mean": 12.5, "timing/step_s": 4.0, "filter/kept_ratio": 0.5, "rollout/success": 0.4},
 }
 
 
@@ -26,6 +26,7 @@ def test_run_summary_by_hand():
     assert row["mean_step_s"] == pytest.approx(3.0)
     assert row["mean_kept_ratio"] == pytest.approx(0.75)
     assert row["final_retrieval_acc"] is None and row["steps"] == 2
+    assert row["final_mi_null"] == 0.05 and row["final_reasoning_tokens"] == 12.5
     # the summary's final evaluation wins over the metrics file
     assert study.run_summary("none", 0, RUN_A, {"eval_after": 0.35})["final_success"] == 0.35
 
@@ -98,8 +99,21 @@ def test_merge_runs_keeps_other_arms_and_replaces_reruns():
     assert runs == [{"arm": "none", "seed": 0, "returncode": 0, "wall_s": 50.0, "overrides": []},
                     *now]
     assert merged["arms"] == {"none": ["filter=none"], "reg": ["x=1"]}
-    assert merged["seeds"] == [0, 1] and merged["total_wall_s"] == 230.0
+    # the replaced run's 50 s no longer count: 50 (kept) + 60 + 70
+    assert merged["seeds"] == [0, 1] and merged["total_wall_s"] == 180.0
     # a different study (other step count) is not merged into
     other = {**settings, "steps": 2}
     assert study.merge_runs(previous, now, other) == (now, other)
     assert study.merge_runs({}, now, settings) == (now, settings)
+
+
+def test_reasoning_examples_first_last_and_bad_step(tmp_path):
+    (tmp_path / "rollouts").mkdir()
+    for step in (1, 5):
+        eps = [{"group_id": 0, "env_seed": step, "reasoning": f"at {step}", "reward": 0.0, "prompt": "g"}]
+        with gzip.open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl.gz", "wt") as f:
+            f.write(json.dumps(eps[0]))
+    assert [e["reasoning"] for e in study.reasoning_examples(tmp_path, step="first")] == ["at 1"]
+    assert [e["reasoning"] for e in study.reasoning_examples(tmp_path, step=5)] == ["at 5"]
+    with pytest.raises(ValueError, match="'middle' is invalid"):
+        study.reasoning_examples(tmp_path, step="middle")
