@@ -17,7 +17,7 @@ correlations, a headline), ``curves.png``, ``scatter.png`` and ``examples.md`` t
 
 Usage::
 
-    python benchmarks/collapse_study/run.py                 # 3 arms x 3 seeds x 40 steps (~40 min)
+    python benchmarks/collapse_study/run.py                 # 3 arms x 3 seeds x 40 steps (38 min)
     python benchmarks/collapse_study/run.py --quick         # 3 arms x 1 seed x 2 steps (smoke test)
     python benchmarks/collapse_study/run.py --analyze-only  # redo the analysis of existing runs
     python benchmarks/collapse_study/run.py --arms reg      # add an arm; earlier arms' runs are kept

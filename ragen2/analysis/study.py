@@ -21,7 +21,8 @@ from typing import Any
 from ragen2.analysis.rollouts import load_metrics, load_rollouts, load_summary
 
 __all__ = ["CORRELATIONS", "SERIES", "arm_table", "correlations", "load_study", "load_summaries",
-           "merge_runs", "paired", "reasoning_examples", "run_summary", "series", "spearman", "write_plots"]
+           "merge_runs", "paired", "reasoning_examples", "run_summary", "series", "spearman",
+           "write_plots"]
 
 #: short name -> metrics.jsonl key of the per-step series the study reports
 SERIES = {
@@ -125,9 +126,13 @@ def correlations(study: dict[tuple[str, int], Metrics]) -> dict[str, dict[str, f
             for name, (x, y) in CORRELATIONS.items()}
 
 
-def arm_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = (
-        "initial_success", "final_success", "final_mi", "final_retrieval_acc",
-        "final_token_entropy", "final_reasoning_tokens", "mean_kept_ratio", "mean_step_s")) -> dict[str, dict[str, dict[str, float]]]:
+#: the run-row keys :func:`arm_table` summarises by default
+ARM_KEYS = ("initial_success", "final_success", "final_mi", "final_retrieval_acc",
+            "final_token_entropy", "final_reasoning_tokens", "mean_kept_ratio", "mean_step_s")
+
+
+def arm_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = ARM_KEYS
+              ) -> dict[str, dict[str, dict[str, float]]]:
     """Per arm and key: mean, sample std (0 for one seed), min, max over the arm's seeds."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for arm in dict.fromkeys(r["arm"] for r in rows):
