@@ -40,12 +40,21 @@ ARMS = {"none": ["filter=none"], "top_p": ["filter=top_p"], "tiered": ["filter=t
         # start) that dominate the gradient when most groups have no reward spread
         "reg": ["filter=none", "algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.1"]}
 DEFAULT_ARMS = ["none", "top_p", "tiered"]
+#: the task every arm trains on: overrides added to every run (``--variant``)
+VARIANTS = {
+    "default": [],  # the default job: FrozenLake 4x4, fixed start and goal
+    # start and goal drawn per seed and stated in the prompt, and a warm start long enough for the
+    # tiny model to copy them into its reasoning: first-turn MI starts at its bound log N
+    "random_start": ["env.kwargs.random_start_goal=true", "trainer.warm_start.episodes=2048",
+                     "trainer.warm_start.epochs=2", "trainer.warm_start.batch_size=16",
+                     "trainer.warm_start.lr=3e-3", "trainer.warm_start.random_action_prob=0"],
+}
 FULL = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5, "seeds": [0, 1, 2]}
 QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0]}
 
 
 def overrides(arm: str, seed: int, s: dict) -> list[str]:
-    return [*ARMS[arm], f"seed={seed}", f"trainer.total_steps={s['steps']}",
+    return [*VARIANTS[s["variant"]], *ARMS[arm], f"seed={seed}", f"trainer.total_steps={s['steps']}",
             f"trainer.eval_every={s['eval_every']}", f"trainer.eval_episodes={s['eval_episodes']}",
             f"monitor.every={s['monitor_every']}", "trainer.save_every=0",
             "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]"]
@@ -166,12 +175,15 @@ def main() -> int:
                     help="output directory (default: benchmarks/collapse_study/results[_quick])")
     ap.add_argument("--seeds", type=int, nargs="+", default=None)
     ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=DEFAULT_ARMS)
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="default",
+                    help="the task: the default job, or random_start (results_random_start/)")
     ap.add_argument("--analyze-only", action="store_true", help="reuse the runs in --out")
     args = ap.parse_args()
-    s = dict(QUICK if args.quick else FULL)
+    s = {**(QUICK if args.quick else FULL), "variant": args.variant}
     if args.seeds:
         s["seeds"] = args.seeds
-    out = args.out or HERE / ("results_quick" if args.quick else "results")
+    suffix = ("_quick" if args.quick else "") + ("" if args.variant == "default" else f"_{args.variant}")
+    out = args.out or HERE / f"results{suffix}"
     (out / "runs").mkdir(parents=True, exist_ok=True)
     previous = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     if args.analyze_only:
@@ -179,8 +191,8 @@ def main() -> int:
             ap.error(f"--analyze-only: no {out / 'results.json'} to reanalyse")
         runs, settings = previous["runs"], previous["settings"]
     else:
-        settings = {**s, "arms": {a: ARMS[a] for a in args.arms},
-                    "env": "ragen2/FrozenLake-v0 (default job)", "quick": args.quick}
+        settings = {**s, "arms": {a: ARMS[a] for a in args.arms}, "quick": args.quick,
+                    "env": f"ragen2/FrozenLake-v0, {args.variant}: {VARIANTS[args.variant] or 'default job'}"}
         t0 = time.perf_counter()
         runs = [run_one(arm, seed, s, out / "runs" / f"{arm}_s{seed}")
                 for seed in s["seeds"] for arm in args.arms]

@@ -249,7 +249,7 @@ def load_summaries(run_dirs: dict[tuple[str, int], str | Path]) -> dict[tuple[st
 
 
 #: settings that must match for runs of two invocations to belong to one study
-STUDY_KEYS = ("steps", "eval_every", "eval_episodes", "monitor_every", "quick")
+STUDY_KEYS = ("steps", "eval_every", "eval_episodes", "monitor_every", "quick", "variant")
 
 
 def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: dict[str, Any]

@@ -104,6 +104,8 @@ def test_merge_runs_keeps_other_arms_and_replaces_reruns():
     # a different study (other step count) is not merged into
     other = {**settings, "steps": 2}
     assert study.merge_runs(previous, now, other) == (now, other)
+    variant = {**settings, "variant": "random_start"}  # another task is another study
+    assert study.merge_runs(previous, now, variant) == (now, variant)
     assert study.merge_runs({}, now, settings) == (now, settings)
 
 
