@@ -8,9 +8,10 @@ hand: ``model(...)``, log-softmax + gather, the PPO-clip loss inline, ``backward
 ``clip_grad_norm_``, ``AdamW.step`` -- with the shortcuts a careful hand-written loop takes too
 (old logprobs of the first mini-batch come from its own forward; micro-batches are trimmed to
 their longest row; logits only from the first trained column, ``logits_to_keep``) and ragen2's
-row order (a group's rows together within each mini-batch), so both sides run the same forwards and backwards. The
-rows share no prompt, so ragen2's shared-prefix forward (which the plain loop lacks) stays off:
-this measures the framework's overhead, not that saving (``trl`` shows it). One update from the
+row order (a group's rows together within each mini-batch), so both sides run the same forwards
+and backwards. The rows share no prompt, so ragen2's shared-prefix forward (which the plain loop
+lacks) stays off: this measures the framework's overhead, not that saving (``trl`` shows it).
+One update from the
 same weights must give the same weights up to float rounding (``max_weight_diff``), which
 checks that the two do the same maths.
 

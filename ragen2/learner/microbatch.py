@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 
 def mini_batches(perm: Sequence[int], group_ids: Sequence[int], count: int) -> list[list[int]]:
     """Split a random row order into ``count`` mini-batches; within each, a group's rows together.
@@ -29,13 +31,9 @@ def mini_batches(perm: Sequence[int], group_ids: Sequence[int], count: int) -> l
     Returns:
         lists of row ids; within each, sorted by group id, ties in ``perm`` order.
     """
-    n, out = len(perm), []
-    for k in range(count):  # np.array_split's sizes: the first n % count get one more
-        start = k * (n // count) + min(k, n % count)
-        chunk = list(perm[start:start + n // count + (k < n % count)])
-        if chunk:
-            out.append(sorted(chunk, key=lambda i: group_ids[i]))  # stable: ties keep perm order
-    return out
+    # sorted() is stable: rows of one group keep their perm order
+    return [sorted(chunk.tolist(), key=lambda i: group_ids[i])
+            for chunk in np.array_split(np.asarray(perm, dtype=np.int64), count) if len(chunk)]
 
 
 def _cost(group: Sequence[int], lengths: Sequence[int]) -> int:
