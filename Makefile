@@ -3,6 +3,8 @@ VENV ?= .venv
 STAMP := $(VENV)/.ragen2-installed
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist processes (tests sharing one session-scoped training run stay in one: loadgroup)
+PYTEST_WORKERS ?= 2
 
 .PHONY: train test setup bench
 
@@ -16,9 +18,10 @@ $(STAMP): pyproject.toml launch/setup_venv.sh
 train: $(STAMP)
 	$(VENV)/bin/ragen2-train $(ARGS)
 
-## Test suite (slow end-to-end tests included; add PYTEST_ARGS="-m 'not slow'" to skip them).
+## Test suite (slow end-to-end tests included; add PYTEST_ARGS="-m 'not slow'" to skip them,
+## PYTEST_WORKERS=0 to run it in one process).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q --durations=20 -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## Benchmarks against their baselines (benchmarks/README.md): ARGS="--quick" for the 5-minute run.
 bench: $(STAMP)

@@ -61,7 +61,8 @@ PRESETS: dict[str, list[str]] = {
 }
 #: per-step metrics kept as the training curve
 CURVE_KEYS = ("rollout/success", "rollout/reward_mean", "rollout/format_error_rate",
-              "rollout/in_group_reward_std", "actor/entropy", "eval/success", "timing/step_s")
+              "rollout/in_group_reward_std", "actor/entropy", "eval/success", "timing/step_s",
+              "timing/warm_start_s", "timing/eval_s")
 #: the bar of the default job (issue 14): every gain, the median gain, the wall-time ratio
 BAR = {"min_gain": 0.15, "median_gain": 0.25, "max_wall_ratio": 2.0}
 
@@ -182,6 +183,43 @@ def table(label: str, runs: dict[str, dict]) -> list[str]:
     return out
 
 
+def plot(doc: dict[str, Any], labels: list[str], out: Path) -> Path:
+    """``out``: per label, held-out success at every evaluation of every run (thin lines) and
+    the median over runs (thick), beside training success (rollout/success, 5-step mean)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2))
+    FigureCanvasAgg(fig)
+    ax_eval, ax_train = fig.subplots(1, 2, sharey=True)
+    for i, label in enumerate(labels):
+        color = f"C{i}"
+        runs = [r for r in doc["labels"][label]["runs"].values() if r["returncode"] == 0]
+        per_step: dict[int, list[float]] = {}
+        for j, r in enumerate(runs):
+            ev = [(c["step"], c["eval/success"]) for c in r["curve"] if "eval/success" in c]
+            for st, v in ev:
+                per_step.setdefault(st, []).append(v)
+            ax_eval.plot(*zip(*ev), color=color, alpha=0.3, lw=0.8, marker=".")
+            tr = [(c["step"], c["rollout/success"]) for c in r["curve"] if "rollout/success" in c]
+            if len(tr) >= 5:
+                xs, ys = zip(*tr)
+                smooth = [statistics.fmean(ys[max(0, k - 4):k + 1]) for k in range(len(ys))]
+                ax_train.plot(xs, smooth, color=color, alpha=0.5, lw=0.8,
+                              label=label if j == 0 else None)
+        steps = sorted(st for st, v in per_step.items() if len(v) == len(runs))
+        ax_eval.plot(steps, [statistics.median(per_step[st]) for st in steps], color=color, lw=2.5,
+                     marker="o", label=f"{label} (median of {len(runs)})")
+    ax_eval.set(title="held-out success (128 seeds)", xlabel="RL step", ylabel="success")
+    ax_train.set(title="training success (5-step mean)", xlabel="RL step")
+    for ax in (ax_eval, ax_train):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return out
+
+
 def load(path: Path) -> dict[str, Any]:
     if path.exists():
         return json.loads(path.read_text())
@@ -214,6 +252,8 @@ def main() -> None:
     ap.add_argument("--rerun", action="store_true", help="run again even if recorded")
     ap.add_argument("--report", action="store_true", help="print the tables, run nothing")
     ap.add_argument("--against", default=None, help="baseline label for the bar")
+    ap.add_argument("--plot", nargs="*", default=None, metavar="LABEL",
+                    help="write <out>.png with these labels' curves (no label: all)")
     args = ap.parse_args()
 
     if args.label not in PRESETS and not args.set and not args.report:
@@ -227,8 +267,8 @@ def main() -> None:
             sys.exit(f"robustness: label {args.label!r} was recorded with overrides "
                      f"{entry['overrides']}, not {overrides}: use another --label")
         doc["machine"] = machine()
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+        try:  # the code the runs ran: "+dirty" when the tree had uncommitted changes
+            commit = subprocess.run(["git", "describe", "--always", "--dirty=+dirty"], cwd=ROOT,
                                     capture_output=True, text=True).stdout.strip()
         except OSError:
             commit = ""
@@ -265,6 +305,8 @@ def main() -> None:
                       [lb for lb in doc["labels"] if lb != args.against]):
             print(f"bar for {label} against {args.against}:")
             print("\n".join(f"  {line}" for line in check_bar(label, doc, args.against)))
+    if args.plot is not None:
+        print(f"wrote {plot(doc, args.plot or list(doc['labels']), args.out.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ class EngineConfig:
 class RolloutConfig:
     """One step collects ``env_groups x group_size`` episodes; a group shares its env seed."""
 
-    env_groups: int = 8
+    env_groups: int = 16
     group_size: int = 4
     max_turns: int = 8
     num_workers: int = 1
@@ -372,7 +372,7 @@ class WarmStartConfig:
 
     enabled: bool = True
     episodes: int = 512
-    epochs: int = 1
+    epochs: int = 3
     batch_size: int = 8
     lr: float = 2e-3
     random_action_prob: float = 0.5

@@ -65,10 +65,20 @@ def ray_session():
     ray.shutdown()
 
 
+#: session fixtures that cost a training run: under pytest-xdist every test that uses one runs in
+#: the same worker process, so each is computed once per test run
+SHARED_RUNS = ("four_steps",)
+
+
 def pytest_collection_modifyitems(config, items):
-    """GPU-marked tests are skipped without CUDA (launch/gpu_check.sh runs them on a GPU)."""
+    """Tests sharing an expensive session fixture go to one xdist worker (``--dist loadgroup``);
+    GPU-marked tests are skipped without CUDA (launch/gpu_check.sh runs them on a GPU)."""
     import torch
 
+    for item in items:
+        shared = [f for f in SHARED_RUNS if f in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run launch/gpu_check.sh on one)")

@@ -15,7 +15,8 @@ from ragen2.train import load_config
 def test_defaults_compose(base_config):
     c = base_config
     assert c.env.id == "ragen2/FrozenLake-v0" and c.model.name == "tiny" and c.model.path is None
-    assert c.rollout.env_groups * c.rollout.group_size == 32
+    assert (c.rollout.env_groups, c.rollout.group_size) == (16, 4)
+    assert c.trainer.warm_start.epochs == 3
     assert c.trainer.warm_start.enabled
 
 
@@ -87,7 +88,7 @@ def test_tiered_pool_must_hold_a_step_of_prompts():
     with pytest.raises(ConfigError) as e:
         load_config(["filter=tiered", "filter.tiered.pool_size=4", "rollout.env_groups=8"])
     assert e.value.key == "filter.tiered.pool_size" and "rollout.env_groups=8" in str(e.value)
-    assert load_config(["filter=tiered", "filter.tiered.pool_size=8"]).filter.tiered.pool_size == 8
+    assert load_config(["filter=tiered", "filter.tiered.pool_size=16"]).filter.tiered.pool_size == 16
 
 
 @pytest.mark.parametrize("overrides,key,needle", [

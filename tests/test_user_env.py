@@ -17,7 +17,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def test_example_env_trains_two_steps(tmp_path):
     cmd = [sys.executable, "-m", "ragen2.train", "env.id=corridor_env:Corridor-v0",
            "trainer.total_steps=2", "rollout.env_groups=2", "rollout.group_size=2",
-           "trainer.warm_start.episodes=16", "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path / 'run'}"]
+           "trainer.warm_start.episodes=16", "trainer.warm_start.epochs=1",
+           "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path / 'run'}"]
     # run from elsewhere with the module on PYTHONPATH: the Ray workers must find it the same way
     path = os.pathsep.join(p for p in [str(EXAMPLES), os.environ.get("PYTHONPATH", "")] if p)
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=400,

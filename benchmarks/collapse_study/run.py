@@ -42,7 +42,7 @@ ARMS = {"none": ["filter=none"], "top_p": ["filter=top_p"], "tiered": ["filter=t
 DEFAULT_ARMS = ["none", "top_p", "tiered"]
 #: the task every arm trains on: overrides added to every run (``--variant``)
 VARIANTS = {
-    "default": [],  # the default job: FrozenLake 4x4, fixed start and goal
+    "default": [],  # the default job (at STUDY_BASE): FrozenLake 4x4, fixed start and goal
     # start and goal drawn per seed and stated in the prompt, and a warm start long enough for the
     # tiny model to copy them into its reasoning: first-turn MI starts at its bound log N
     "random_start": ["env.kwargs.random_start_goal=true", "trainer.warm_start.episodes=2048",
@@ -53,8 +53,14 @@ FULL = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5,
 QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0]}
 
 
+#: the default job's batch and warm start as they were when the committed results were measured
+#: (issue 14 then made the default 16 groups and 3 warm-start epochs): the study stays reproducible
+STUDY_BASE = ["rollout.env_groups=8", "trainer.warm_start.epochs=1"]
+
+
 def overrides(arm: str, seed: int, s: dict) -> list[str]:
-    return [*VARIANTS[s["variant"]], *ARMS[arm], f"seed={seed}", f"trainer.total_steps={s['steps']}",
+    return [*STUDY_BASE, *VARIANTS[s["variant"]], *ARMS[arm], f"seed={seed}",
+            f"trainer.total_steps={s['steps']}",
             f"trainer.eval_every={s['eval_every']}", f"trainer.eval_episodes={s['eval_episodes']}",
             f"monitor.every={s['monitor_every']}", "trainer.save_every=0",
             "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]"]

@@ -41,6 +41,23 @@ def import_vllm() -> Any:
     return vllm
 
 
+def disable_torch_compile() -> None:
+    """Run vLLM's ``torch.compile``-wrapped helpers eagerly in this process (the CPU engine).
+
+    With ``enforce_eager`` the model itself is not compiled, but vLLM wraps a few sampler ops
+    (``batched_count_greater_than`` for logprob ranks, top-k/top-p) in ``torch.compile``. On the
+    CPU, inductor compiles them with a C++ toolchain at the first request of every process:
+    measured here ~20 s with an empty inductor cache (a newcomer's first run, every test run on a
+    fresh machine) and ~3 s with a warm one, for elementwise ops that run as fast eagerly. The
+    tokens and logprobs are the same either way (measured on the tiny model; the logprobs are
+    checked against teacher forcing in ``tests/engines/test_vllm.py``). GPU engines keep
+    torch.compile.
+    """
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+
+
 def _finish_reason(reason: str | None, stop_reason: Any) -> str:
     """vLLM's (finish_reason, stop_reason) as ours: "stop" (a stop string), "eos" or "length"."""
     if reason == "length":
@@ -83,6 +100,7 @@ class VLLMEngine:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(o.cpu_kvcache_gb))
+            disable_torch_compile()
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         vllm = import_vllm()
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)

@@ -53,7 +53,7 @@ def test_plain_modes_leave_tiered_off():
 
 
 def test_tiered_history_weights_prompts_and_resume():
-    p = pipeline("filter=tiered", "filter.tiered.pool_size=8")
+    p = pipeline("filter=tiered", "filter.tiered.pool_size=8", "rollout.env_groups=4")
     keys, temps = p.prompts(1, 4)
     assert len(set(keys)) == 4 and all(0 <= k < 8 for k in keys) and temps == [1.0] * 4
     group_keys = dict(enumerate(keys))
@@ -70,6 +70,6 @@ def test_tiered_history_weights_prompts_and_resume():
     # template-like prompts (tau = 1 >= 0.8) are sampled hotter next time
     assert p.tiered.temperature_multipliers([keys[1]]).tolist() == [1.3]
     state = p.state_dict()
-    q = pipeline("filter=tiered", "filter.tiered.pool_size=8")
+    q = pipeline("filter=tiered", "filter.tiered.pool_size=8", "rollout.env_groups=4")
     q.load_state_dict(state)
     assert q.prompts(2, 4) == p.prompts(2, 4)
