@@ -65,6 +65,8 @@ CURVE_KEYS = ("rollout/success", "rollout/reward_mean", "rollout/format_error_ra
               "timing/warm_start_s", "timing/eval_s")
 #: the bar of the default job (issue 14): every gain, the median gain, the wall-time ratio
 BAR = {"min_gain": 0.15, "median_gain": 0.25, "max_wall_ratio": 2.0}
+#: the runs the bar is about: warm-start seeds 0-2 x RL seeds 0-1 (others are reported beside it)
+BAR_SEEDS = {"warm": (0, 1, 2), "rl": (0, 1)}
 
 
 def run_key(warm_seed: int, rl_seed: int) -> str:
@@ -126,7 +128,8 @@ def run_one(overrides: list[str], warm_seed: int, rl_seed: int, run_dir: Path,
            "gain": None if before is None or after is None else after - before,
            "warm_start_s": step0.get("timing/warm_start_s"), "command": cmd[1:-1],
            "log_tail": log.read_text()[-2000:] if rc else "",
-           "load_avg_1m_after": os.getloadavg()[0], "curve": curve}
+           "load_avg_1m_after": os.getloadavg()[0],
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "curve": curve}
     print(f"  {run_key(warm_seed, rl_seed)}: exit {rc}, {wall:.0f} s, before {before}, "
           f"after {after}", flush=True)
     return rec
@@ -147,10 +150,13 @@ def summarize(runs: dict[str, dict]) -> dict[str, Any]:
 
 def check_bar(label: str, doc: dict, against: str) -> list[str]:
     """Lines stating whether ``label`` meets the bar against the baseline ``against``."""
-    runs = doc["labels"][label]["runs"]
+    grid = {run_key(w, r) for w in BAR_SEEDS["warm"] for r in BAR_SEEDS["rl"]}
+    every = doc["labels"][label]["runs"]
+    runs = {k: r for k, r in every.items() if k in grid}
     s, b = summarize(runs), summarize(doc["labels"][against]["runs"])
     if s["gain"] is None or b["after"] is None:
         return [f"{label} vs {against}: not enough finished runs"]
+    missing = sorted(grid - set(runs))
     gains = [r["gain"] for r in runs.values() if r["gain"] is not None]
     walls = [r["wall_s"] for r in runs.values()]
     wall_ref = b["wall_s"]["median"]
@@ -165,6 +171,13 @@ def check_bar(label: str, doc: dict, against: str) -> list[str]:
         f"{max(walls):.0f} s = {max(walls) / wall_ref:.2f}x -> "
         f"{'yes' if max(walls) <= BAR['max_wall_ratio'] * wall_ref else 'NO'}",
     ]
+    if missing:
+        lines.append(f"not run yet: {', '.join(missing)} -> NO")
+    others = {k: r for k, r in every.items() if k not in grid}
+    if others:
+        lines.append("seeds outside the bar's grid: " + ", ".join(
+            f"{k} gain {r['gain']:.3f}" if r["gain"] is not None else f"{k} failed"
+            for k, r in sorted(others.items())))
     return lines
 
 

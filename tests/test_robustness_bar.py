@@ -1,0 +1,67 @@
+"""benchmarks/robustness.py: the issue-14 bar, on hand-made distributions."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "robustness.py"
+
+
+@pytest.fixture(scope="module")
+def rb():
+    spec = importlib.util.spec_from_file_location("robustness", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def runs(rb, rows):
+    """rows: {(warm, rl): (before, after, wall)} -> the JSON's runs."""
+    return {rb.run_key(w, s): {"returncode": 0, "before": b, "after": a, "gain": a - b, "wall_s": t}
+            for (w, s), (b, a, t) in rows.items()}
+
+
+def doc(rb, label_rows, base_rows):
+    return {"labels": {"new": {"runs": runs(rb, label_rows)},
+                       "base": {"runs": runs(rb, base_rows)}}}
+
+
+# the baseline: afters 0.20 .. 0.30 (median 0.25), walls 100 .. 600 s (median 350 s)
+BASE = {(w, s): (0.05, 0.20 + 0.02 * (2 * w + s), 100.0 * (2 * w + s + 1)) for w in range(3) for s in range(2)}
+
+
+def verdicts(lines):
+    return [line.rsplit("-> ", 1)[-1] for line in lines if "->" in line]
+
+
+def test_a_distribution_that_clears_every_line(rb):
+    new = {(w, s): (0.1, 0.45 + 0.01 * w, 650.0) for w in range(3) for s in range(2)}
+    lines = rb.check_bar("new", doc(rb, new, BASE), "base")
+    assert verdicts(lines) == ["yes"] * 4
+    assert "median gain >= 0.25: 0.360" in lines[1] and "0.460 > base's 0.250" in lines[2]
+    assert "max 650 s = 1.86x" in lines[3]
+
+
+def test_one_weak_seed_one_slow_run_and_a_missing_run_each_fail(rb):
+    new = {(w, s): (0.1, 0.45, 650.0) for w in range(3) for s in range(2)}
+    new[(2, 1)] = (0.1, 0.24, 701.0)  # gain 0.14 < 0.15; 701 s > 2 x 350 s
+    del new[(1, 0)]
+    lines = rb.check_bar("new", doc(rb, new, BASE), "base")
+    assert verdicts(lines) == ["NO", "yes", "yes", "NO", "NO"]
+    assert lines[-1] == "not run yet: w1_s0 -> NO"
+
+
+def test_a_gain_bought_by_a_weaker_start_fails_the_after_line(rb):
+    new = {(w, s): (0.0, 0.25, 300.0) for w in range(3) for s in range(2)}  # gains 0.25, after = 0.25
+    assert verdicts(rb.check_bar("new", doc(rb, new, BASE), "base")) == ["yes", "yes", "NO", "yes"]
+
+
+def test_seeds_outside_the_grid_are_reported_not_judged(rb):
+    new = {(w, s): (0.1, 0.45, 650.0) for w in range(3) for s in range(2)}
+    new[(3, 2)] = (0.1, 0.1, 5000.0)  # would fail gain and wall if it were judged
+    lines = rb.check_bar("new", doc(rb, new, BASE), "base")
+    assert verdicts(lines) == ["yes"] * 4
+    assert lines[-1] == "seeds outside the bar's grid: w3_s2 gain 0.000"
