@@ -3,8 +3,10 @@ VENV ?= .venv
 STAMP := $(VENV)/.ragen2-installed
 ARGS ?=
 PYTEST_ARGS ?=
-# pytest-xdist processes (tests sharing one session-scoped training run stay in one: loadgroup)
-PYTEST_WORKERS ?= 2
+# pytest-xdist processes (tests sharing one session-scoped training run stay in one: loadgroup).
+# 0 (one process) here: on 2 cores, 2 workers took 1129 s of pytest on empty caches against
+# 1150 s in one process before (2026-12-01, one machine): the tests contend for the cores.
+PYTEST_WORKERS ?= 0
 
 .PHONY: train test setup bench
 
@@ -19,7 +21,7 @@ train: $(STAMP)
 	$(VENV)/bin/ragen2-train $(ARGS)
 
 ## Test suite (slow end-to-end tests included; add PYTEST_ARGS="-m 'not slow'" to skip them,
-## PYTEST_WORKERS=0 to run it in one process).
+## PYTEST_WORKERS=4 to spread it over 4 processes).
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q --durations=20 -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
