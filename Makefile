@@ -4,8 +4,8 @@ STAMP := $(VENV)/.ragen2-installed
 ARGS ?=
 PYTEST_ARGS ?=
 # pytest-xdist processes (tests sharing one session-scoped training run stay in one: loadgroup).
-# 0 (one process) here: on 2 cores, 2 workers took 1129 s of pytest on empty caches against
-# 1150 s in one process before (2026-12-01, one machine): the tests contend for the cores.
+# 0 (one process) here: on 2 cores, with empty caches, 2 workers took 1129 s of pytest and one
+# process 1072 s (2026-12-01, one machine): the tests contend for the cores.
 PYTEST_WORKERS ?= 0
 
 .PHONY: train test setup bench
