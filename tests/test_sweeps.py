@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 # a warm start good enough that first turns carry <think> text for the monitor (cached: both tests
 # below share it, since every input of its cache key agrees)
-WARM = ["trainer.warm_start.episodes=512", "trainer.warm_start.epochs=1", "trainer.warm_start.batch_size=8",
-        "rollout.max_turns=3"]
+WARM = ["trainer.warm_start.episodes=512", "trainer.warm_start.epochs=1",
+        "trainer.warm_start.batch_size=8", "rollout.max_turns=3"]
 
 
 def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_path):
