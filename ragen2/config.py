@@ -10,6 +10,7 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import difflib
 import math
 import re
@@ -570,8 +571,12 @@ class Config:
                    "only with cluster.layout=colocated (split rollout GPUs have nothing to free)")
 
 
+@functools.cache
 def register_schema() -> None:
-    """Register :class:`Config` in Hydra's ConfigStore (``configs/config.yaml`` builds on it)."""
+    """Register :class:`Config` in Hydra's ConfigStore (``configs/config.yaml`` builds on it).
+
+    Once per process: building the structured node from the dataclasses took a fifth of every
+    :func:`ragen2.train.load_config` call (0.08 of 0.42 s profiled), and the store keeps it."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="ragen2_schema", node=Config)

@@ -13,14 +13,14 @@ import pytest
 
 from ragen2.train import load_config, train
 
-from .test_e2e import rows, small, without_timing
+from .test_e2e import ONE_RANK, rows, small, without_timing
 
 pytestmark = pytest.mark.slow
 
 # a warm start good enough that first turns carry <think> text for the monitor (cached: both tests
-# below share it, since every input of its cache key agrees)
+# below share it, since every input of its cache key agrees, the learner's world size included)
 WARM = ["trainer.warm_start.episodes=512", "trainer.warm_start.epochs=1",
-        "trainer.warm_start.batch_size=8", "rollout.max_turns=3"]
+        "trainer.warm_start.batch_size=8", "rollout.max_turns=3", ONE_RANK]
 
 
 def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_path):

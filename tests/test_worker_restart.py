@@ -163,11 +163,11 @@ def test_worker_killed_mid_step_reruns_its_episodes_and_the_step_is_unchanged(
     from ragen2 import seeding
     from ragen2.train import load_config, train
     from tests.dying_env import marker_path
-    from tests.test_e2e import small
+    from tests.test_e2e import ONE_RANK, small
 
     groups, size = 2, 3
     seed = seeding.group_seed(0, 2, 1)  # group 1 of step 2: worker 1's chunk
-    cfg = load_config(small(tiny_model_path, "env.id=tests.dying_env:DyingFrozenLake-v0",
+    cfg = load_config(small(tiny_model_path, ONE_RANK, "env.id=tests.dying_env:DyingFrozenLake-v0",
                             f"env.kwargs.die_on_seed={seed}", "rollout.num_workers=2",
                             f"rollout.env_groups={groups}", f"rollout.group_size={size}",
                             "trainer.total_steps=2", "trainer.save_every=0"))
