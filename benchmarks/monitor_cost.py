@@ -65,12 +65,12 @@ def growth(s: dict) -> dict:
 
     out: dict = {}
     batches = {n: expert_batch(n, s["group_size"], tokenizer) for n in s["groups"]}
-    MIMonitor(every=1).measure(batches[s["groups"][0]], tokenizer, scorer, step=1)  # warm-up
+    MIMonitor(every=1).measure(batches[s["groups"][0]], scorer, step=1)  # warm-up
     for k in s["negatives"]:
         monitor = MIMonitor(every=1, max_negatives=k, permutations=cfg.monitor.permutations)
         times = {}
         for n, trajs in batches.items():
-            run = lambda m=monitor, b=trajs: m.measure(b, tokenizer, scorer, 1)  # noqa: E731
+            run = lambda m=monitor, b=trajs: m.measure(b, scorer, 1)  # noqa: E731
             times[n] = common.median([common.cpu_timed(run)[1] for _ in range(s["repeats"])])
             print(f"  max_negatives={k} groups={n}: {times[n]:.3f} s", flush=True)
         out[f"max_negatives={k}"] = {"seconds": {str(n): t for n, t in times.items()},

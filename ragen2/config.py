@@ -145,7 +145,8 @@ class TinySpecConfig:
 
 @dataclass
 class ModelConfig:
-    """``path: null`` builds the tiny offline model; otherwise a local HF directory or hub name."""
+    """``path: null`` builds the built-in model ``name`` (tiny, smollm2); otherwise a local HF
+    directory or hub name."""
 
     name: str = "tiny"
     path: Optional[str] = None
@@ -155,7 +156,13 @@ class ModelConfig:
     cache_dir: Optional[str] = None  # tiny-model cache; default $RAGEN2_CACHE or ~/.cache/ragen2
 
     def validate(self, p: str) -> None:
+        from ragen2.models.builtin import BUILT_IN
+
         _choice(self, p, "dtype", ("float32", "bfloat16", "float16"))
+        if not self.path:
+            _check(self.name in BUILT_IN, f"{p}.name", self.name,
+                   f"with {p}.path null, a built-in model: {', '.join(BUILT_IN.names())} (or set "
+                   f"{p}.path to a local HF directory or hub name)")
         self.tiny.validate(f"{p}.tiny")
 
 
@@ -544,6 +551,12 @@ class Config:
                    "filter.tiered.pool_size", self.filter.tiered.pool_size,
                    f"at least rollout.env_groups={self.rollout.env_groups} (each step draws "
                    "distinct prompts from the pool)")
+        if self.engine.name == "vllm":  # vLLM refuses a request longer than its model length
+            _check(self.rollout.max_context_tokens <= self.engine.max_model_len,
+                   "rollout.max_context_tokens", self.rollout.max_context_tokens,
+                   f"at most engine.max_model_len={self.engine.max_model_len} (a turn's prompt "
+                   "plus its generation must fit the engine): raise engine.max_model_len or "
+                   "lower rollout.max_context_tokens")
         n_eps = self.rollout.env_groups * self.rollout.group_size
         _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
                self.algorithm.ppo_mini_batches,

@@ -270,8 +270,19 @@ class Controller:
 
     def warm_start(self) -> dict[str, float]:
         """Behaviour-clone the env's noised expert, or load the identical warm start from cache."""
+        from ragen2.rollout.envs import probe_env
+
         ws = self.cfg.trainer.warm_start
         t0 = time.perf_counter()
+        if not any(probe_env(e) for e in self.train_envs):
+            # a plain Gymnasium env (no expert to clone): RL starts from the model as it is
+            print(f"[ragen2] warm start skipped: no training env ({', '.join(e.id for e in self.train_envs)}) "
+                  "has a demonstration() hook to clone. A pretrained model needs none; the tiny "
+                  "model starts untrained and mostly writes unparsable replies at first (add a "
+                  "demonstration() hook, README 'Add an environment'; trainer.warm_start."
+                  "enabled=false silences this)", flush=True)
+            self.learners.call("finish_warm_start")
+            return {"warm_start/skipped": 1.0, "timing/warm_start_s": time.perf_counter() - t0}
         cache = Path(self.cfg.model.cache_dir or default_cache_root()) / "warm_start" / self.warm_start_key()
         if ws.cache and (cache / "metrics.json").exists():
             self.learners.call("load_policy", str(cache / "policy.pt"))
@@ -295,11 +306,7 @@ class Controller:
         ws = self.cfg.trainer.warm_start
         from ragen2.rollout.envs import probe_env
 
-        experts = [e for e in self.train_envs if probe_env(e)]
-        if not experts:
-            raise TypeError("trainer.warm_start needs an env with a demonstration() hook; none of "
-                            f"{[e.id for e in self.train_envs]} has one: set "
-                            "trainer.warm_start.enabled=false or add one (README 'Add an environment')")
+        experts = [e for e in self.train_envs if probe_env(e)]  # at least one (warm_start)
         specs = self.episode_specs(experts, ws.episodes, 1, lambda i: seeding.demo_seed(ws.seed, i))
         n = len(self.workers)
         trajs, _ = self._gather("demonstrate", specs, [ws.random_action_prob] * n,
@@ -346,7 +353,7 @@ class Controller:
         trajs = [t for t in trajs if t.env_error is None]  # counted above, never trained on
         if self.monitor is not None and self.monitor.due(step):  # on the unfiltered batch
             t1 = time.perf_counter()
-            collapse = self.monitor.measure(trajs, self.tokenizer, self.learners.score, step)
+            collapse = self.monitor.measure(trajs, self.learners.score, step)
             metrics.update(collapse)
             metrics["timing/monitor_s"] = time.perf_counter() - t1
             if collapse:

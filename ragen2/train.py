@@ -74,22 +74,16 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> C
 
 
 def resolve_model_path(cfg: Config) -> str:
-    """``model.path`` if given, else the cached tiny model built from the env's own text."""
+    """``model.path`` if given, else the built-in model ``model.name`` names, built once into the
+    cache (:mod:`ragen2.models.builtin`: the tiny model, SmolLM2)."""
     if cfg.model.path:
         from ragen2.models.loading import load_tokenizer
 
         load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)  # fail fast
         return cfg.model.path
-    from ragen2.models.tiny import ensure_tiny_model
-    from ragen2.rollout.corpus import env_action_words, env_corpus
-    from ragen2.rollout.envs import all_entries
+    from ragen2.models.builtin import BUILT_IN
 
-    entries = all_entries(cfg.env)  # training and evaluation envs: one vocabulary for all
-    words = tuple(dict.fromkeys(w for e in entries for w in env_action_words(e.id, e.kwargs)))
-    spec = cfg.model.tiny.to_spec(words)
-    path = ensure_tiny_model(spec, lambda: [t for e in entries for t in env_corpus(e.id, e.kwargs)],
-                             cfg.model.cache_dir)
-    return str(path)
+    return BUILT_IN.get(cfg.model.name)(cfg)
 
 
 def ensure_ray(cfg: Config) -> None:
@@ -123,7 +117,17 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
     if cfg.cluster.address is not None:
         check_hardware_on_cluster(cfg)  # the driver may sit on a CPU-only head node
     model_path = resolve_model_path(cfg)
+    check_chat_template(cfg, model_path)
     return run(cfg, Path(run_dir), model_path)
+
+
+def check_chat_template(cfg: Config, model_path: str) -> None:
+    """Refuse, before any actor starts, a chat template ragen2 cannot render turn by turn
+    (:class:`ragen2.rollout.chat.ChatTemplateError` names what breaks)."""
+    from ragen2.models.loading import load_tokenizer
+    from ragen2.rollout.chat import ChatRenderer
+
+    ChatRenderer(load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code))
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -136,6 +140,8 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
 
     from ragen2.controller import EnvFailureError, TrainingStopped
     from ragen2.learner.checkpoint import CheckpointWriteError, latest
+    from ragen2.models.smollm2 import MissingPackageError
+    from ragen2.rollout.chat import ChatTemplateError
     from ragen2.rollout.envs import EnvSpecError
     from ragen2.cluster import HardwareError, PlacementError
     from ragen2.sync import WeightSyncError
@@ -148,7 +154,8 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     run_dir = HydraConfig.get().runtime.output_dir
     try:
         train(typed, run_dir)
-    except (EnvSpecError, FileNotFoundError, HardwareError, PlacementError, RunDirError) as e:
+    except (EnvSpecError, FileNotFoundError, HardwareError, PlacementError, RunDirError,
+            ChatTemplateError, MissingPackageError) as e:
         _fail(str(e))
     except (EnvFailureError, TrainingStopped, WeightSyncError, CheckpointWriteError) as e:
         _fail(str(e), code=1)  # stopped itself, with a reason

@@ -85,3 +85,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    """SmolLM2-135M-Instruct converted once into the cache (skipped without the smollm2 extra)."""
+    from ragen2.models.smollm2 import MissingPackageError, ensure_smollm2
+
+    try:
+        return str(ensure_smollm2())
+    except MissingPackageError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_path):
+    from ragen2.models.loading import load_tokenizer
+
+    return load_tokenizer(smollm2_path)

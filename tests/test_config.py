@@ -119,3 +119,13 @@ def test_gpu_layouts_compose_without_a_gpu():
     c = load_config(["cluster.device=cuda", "cluster.backend=nccl", "engine=vllm",
                      "engine.sleep_mode=true", "model.dtype=bfloat16", "sync.strategy=cuda_ipc"])
     assert c.engine.sleep_mode and c.sync.strategy == "cuda_ipc"
+
+
+def test_context_budget_must_fit_the_vllm_model_length():
+    from ragen2.config import ConfigError
+    from ragen2.train import load_config
+
+    with pytest.raises(ConfigError, match=r"rollout.max_context_tokens=4096: at most "
+                                          r"engine.max_model_len=2048"):
+        load_config(["engine=vllm", "rollout.max_context_tokens=4096"])
+    load_config(["engine=vllm", "rollout.max_context_tokens=4096", "engine.max_model_len=4096"])

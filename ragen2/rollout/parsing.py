@@ -1,6 +1,6 @@
 """Parsing ``<think>...</think><answer>...</answer>`` responses.
 
-Both functions run in time linear in the response length, whatever the model wrote: each block is
+The parsers run in time linear in the response length, whatever the model wrote: each block is
 found with ``str.find`` (a single regex with two lazy groups accepts the same responses but
 backtracks quadratically on output like ``<think>`` + ``</think><answer></answer>x`` x 8000).
 """
@@ -8,6 +8,7 @@ backtracks quadratically on output like ``<think>`` + ``</think><answer></answer
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -61,3 +62,35 @@ def leading_think(text: str) -> str | None:
     if think is None or "<think>" in think[0]:
         return None
     return think[0].strip()
+
+
+def think_token_span(decode: Callable[[int], str], n: int, prefix: str = "") -> tuple[int, int] | None:
+    """Token indices ``[a, b)`` of the reasoning in the first ``<think>...</think>`` of ``n``
+    generated tokens, where ``decode(k)`` is the text of the first ``k`` (``prefix``: text the
+    generation prompt already opened, e.g. ``"<think>\\n"``).
+
+    ``a`` is the fewest tokens whose text holds the whole opening tag, ``b`` the most whose text ends
+    where the closing tag starts, so ``[a, b)`` are exactly sampled ids (a token that straddles a
+    tag stays outside). None when there is no closed block or it holds no whole token.
+    """
+    full = prefix + decode(n)
+    start = full.find("<think>")
+    end = full.find("</think>", start + len("<think>")) if start >= 0 else -1
+    if end < 0:
+        return None
+    length = lambda k: len(prefix) + len(decode(k))  # noqa: E731  (nondecreasing in k)
+    a = _fewest(lambda k: length(k) >= start + len("<think>"), n)
+    b = _fewest(lambda k: length(k) > end, n) - 1
+    return (a, b) if b > a else None
+
+
+def _fewest(pred: Callable[[int], bool], n: int) -> int:
+    """The smallest k in [0, n] with ``pred(k)`` (monotone, ``pred(n)`` true): binary search."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -20,7 +20,7 @@ import gymnasium as gym
 
 from ragen2.engines.base import Generation, GenerationEngine, SamplingParams
 from ragen2.rollout.chat import ChatRenderer, system_prompt
-from ragen2.rollout.parsing import leading_think, parse_response
+from ragen2.rollout.parsing import leading_think, parse_response, think_token_span
 from ragen2.rollout.trajectory import Trajectory
 
 FORMAT_ERROR_NOTE = ("Your reply could not be parsed. Reply exactly as "
@@ -171,6 +171,13 @@ def run_episodes(
         if ep.traj.env_error is None:
             prompt = renderer.initial_prompt(system_prompt(ep.extra.pop("instructions")),
                                              ep.observation)
+            if len(prompt) + max_new_tokens > max_context_tokens:
+                raise ValueError(
+                    f"env {ep.traj.env_name!r} (seed {ep.traj.env_seed}): the first prompt is "
+                    f"{len(prompt)} tokens, which with engine.max_new_tokens={max_new_tokens} "
+                    f"exceeds rollout.max_context_tokens={max_context_tokens}: raise "
+                    "rollout.max_context_tokens (and engine.max_model_len with it) or shorten "
+                    "the env's instructions / observation")
             ep.traj.append(prompt, 0)
             ep.traj.first_prompt_len = len(prompt)
             ep.traj.observations.append(ep.observation)
@@ -189,12 +196,17 @@ def run_episodes(
               [(ep, a) for ep, a in zip(active, answers) if a is not None])
         timing["env_s"] += time.perf_counter() - t0
         for ep, gen in zip(active, gens):
-            last_turn = turn == max_turns - 1
-            if not ep.done and (last_turn or len(ep.traj.input_ids) + max_new_tokens > max_context_tokens):
+            if ep.done:
+                continue
+            if turn == max_turns - 1:
                 ep.done, ep.traj.truncated = True, True
-            if not ep.done:
-                ep.traj.append(renderer.observation_suffix(
-                    ep.observation, gen.finish_reason == "eos"), 0)
+                continue
+            # the next turn's context is everything so far, the observation and its generation
+            suffix = renderer.observation_suffix(ep.observation, gen.finish_reason == "eos")
+            if len(ep.traj.input_ids) + len(suffix) + max_new_tokens > max_context_tokens:
+                ep.done, ep.traj.truncated = True, True
+            else:
+                ep.traj.append(suffix, 0)
 
     for spec, ep in zip(specs, episodes):  # a failed env is not reused: it may be mid-episode
         if ep.traj.env_error is not None:
@@ -230,10 +242,19 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     traj.append(gen.token_ids, 1, gen.logprobs)
     traj.turn_ends.append(len(traj.input_ids) - 1)
     text = gen.text or renderer.tokenizer.decode(gen.token_ids, skip_special_tokens=False)
+    # what the generation prompt already opened (a "<think>\n" of R1-style templates) is read in
+    # front of it: the parser and the saved response see the whole reply, the ids stay as sampled
+    text = renderer.response_prefix + text
     traj.responses.append(text)
     parsed = parse_response(text, eos_text)
     if traj.num_turns == 1:
         traj.first_think = parsed.think if parsed.format_ok else leading_think(text)
+        if traj.first_think is not None:  # the reasoning's sampled ids, for the MI monitor
+            ids, tok = gen.token_ids, renderer.tokenizer
+            span = think_token_span(lambda k: tok.decode(ids[:k], skip_special_tokens=False),
+                                    len(ids), renderer.response_prefix)
+            start = len(traj.input_ids) - len(ids)
+            traj.think_span = None if span is None else (start + span[0], start + span[1])
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
         return parsed.answer

@@ -37,6 +37,9 @@ class Trajectory:
     num_invalid_actions: int = 0
     first_think: str | None = None
     first_prompt_len: int = 0
+    #: ``[a, b)`` in ``input_ids``: the first turn's reasoning as the engine sampled it (after the
+    #: tokens that complete ``<think>``, before the one where ``</think>`` starts); None without one
+    think_span: tuple[int, int] | None = None
     responses: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     env_error: str | None = None  # what the env raised; the episode is then excluded from training

@@ -75,3 +75,80 @@ def test_load_weights_sets_version_and_changes_output(hf_engine):
         assert [g.logprobs for g in before] != [g.logprobs for g in after]
     finally:
         hf_engine.load_weights(sd, version=0)
+
+
+def _greedy_reference(model, prompt: list[int], n: int) -> list[int]:
+    """Greedy continuation from the raw logits, one forward pass per token (no generate)."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_the_models_shipped_generation_config_is_not_applied(tiny_model_path, tmp_path):
+    """A generation_config.json with a repetition penalty (Qwen2.5-Instruct ships 1.05-1.1) and
+    no-repeat-ngram: the engine samples what SamplingParams say, from the raw logits."""
+    import json
+    import shutil
+
+    from ragen2.engines.hf import HFEngine
+
+    shutil.copytree(tiny_model_path, tmp_path / "m")
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps(
+        {"repetition_penalty": 10.0, "no_repeat_ngram_size": 1, "top_k": 1, "temperature": 0.2}))
+    engine = HFEngine(str(tmp_path / "m"))
+    assert engine.shipped_generation_config.repetition_penalty == 10.0  # it was read ...
+    prompts = _prompts(engine.tokenizer)
+    n = 12
+    gens = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=n, stop=()))
+    repeats = 0
+    for p, g in zip(prompts, gens):
+        ref = _greedy_reference(engine.model, p, len(g.token_ids))
+        assert g.token_ids == ref  # ... and not applied: the penalty would forbid any repeat
+        repeats += len(ref) - len(set(ref))
+    assert repeats > 0, "no greedy continuation repeats a token: the test cannot see a penalty"
+    # sampled at T=0.7 (the shipped top_k=1 / temperature would make it greedy at T=0.2): the
+    # logprobs are the policy's, log softmax(logits / 0.7) at the sampled ids
+    params = SamplingParams(temperature=0.7, max_new_tokens=n, stop=(), seed=4)
+    sampled = engine.generate(prompts, params)
+    greedy_ids = [g.token_ids for g in gens]
+    assert [g.token_ids for g in sampled] != greedy_ids
+    for p, g in zip(prompts, sampled):
+        with torch.no_grad():
+            logits = engine.model(input_ids=torch.tensor([p + g.token_ids])).logits[0, len(p) - 1:-1]
+        ref = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(g.token_ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4)
+
+
+def test_logprobs_are_gathered_as_generation_proceeds(hf_engine, monkeypatch):
+    """No (batch, new tokens, vocabulary) stack of logits is asked of generate."""
+    seen = {}
+    real = hf_engine.model.generate
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_engine.model, "generate", spy)
+    gens = hf_engine.generate(_prompts(hf_engine.tokenizer),
+                              SamplingParams(max_new_tokens=6, stop=(), top_logprobs=3))
+    assert not seen.get("output_logits") and not seen.get("output_scores")
+    assert not seen.get("return_dict_in_generate")
+    for g in gens:
+        assert len(g.top_logprobs) == len(g.token_ids) and all(len(d) == 3 for d in g.top_logprobs)
+        for lp, d in zip(g.logprobs, g.top_logprobs):
+            assert max(d.values()) >= lp - 1e-6  # the sampled token is at most the likeliest
+
+
+def test_top_p_mask_keeps_the_smallest_set_covering_p():
+    from ragen2.engines.hf import _top_p_mask
+
+    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
+    logits = probs.log()
+    logp = torch.log_softmax(logits, -1)
+    kept = lambda p: (_top_p_mask(logits, logp, p) > float("-inf"))[0].tolist()  # noqa: E731
+    assert kept(0.4) == [False, True, False, False]   # 0.5 alone covers 0.4
+    assert kept(0.7) == [False, True, False, True]    # 0.5 + 0.3
+    assert kept(0.9) == [True, True, False, True]     # 0.5 + 0.3 + 0.15 = 0.95
+    assert kept(1.0) == [True, True, True, True]

@@ -39,3 +39,28 @@ def test_rejects_malformed(text):
 ])
 def test_leading_think(text, think):
     assert leading_think(text) == think
+
+
+def test_think_token_span_char_level():
+    from ragen2.rollout.parsing import think_token_span
+
+    text = "<think>go right</think><answer>Right</answer>"
+    span = think_token_span(lambda k: text[:k], len(text))
+    assert span == (7, 7 + len("go right"))
+    # the generation prompt already opened the block: the reasoning starts at token 0
+    body = "go right</think><answer>Right</answer>"
+    assert think_token_span(lambda k: body[:k], len(body), prefix="<think>\n") == (0, 8)
+    for bad in ("<think>unclosed", "no tags", "<think></think><answer>x</answer>"):
+        assert think_token_span(lambda k, b=bad: b[:k], len(bad)) is None
+
+
+@pytest.mark.parametrize("which", ["tiny", "smollm2"])
+def test_think_token_span_on_real_tokenizers(request, which):
+    """A byte-level BPE splits tags into pieces: the span still holds exactly the reasoning."""
+    from ragen2.rollout.parsing import think_token_span
+
+    tok = request.getfixturevalue("tiny_tokenizer" if which == "tiny" else "smollm2_tokenizer")
+    text = "<think>The goal is two cells right.</think><answer>Right</answer>"
+    ids = tok.encode(text, add_special_tokens=False)
+    a, b = think_token_span(lambda k: tok.decode(ids[:k], skip_special_tokens=False), len(ids))
+    assert tok.decode(ids[a:b], skip_special_tokens=False).strip() == "The goal is two cells right."

@@ -219,3 +219,42 @@ def test_format_penalty_per_env_name(tiny_tokenizer):
                          format_penalty={"a": -0.1, "b": -1.0}, max_context_tokens=4096,
                          max_new_tokens=64)
     assert trajs[0].turn_rewards == [-0.1, -0.1] and trajs[1].turn_rewards == [-1.0, -1.0]
+
+
+def _run_with_budget(tokenizer, budget, max_new_tokens=64):
+    engine = ScriptedEngine(tokenizer, RESPONSES)
+    factory = env_factory("ragen2/FrozenLake-v0", {"size": 4, "hole_prob": 0.0})
+    (traj,) = run_episodes([EpisodeSpec(env_seed=5, group_id=0)], lambda name: factory(),
+                           ChatRenderer(tokenizer), EngineTurnPolicy(engine, SamplingParams()),
+                           max_turns=3, format_penalty=PENALTY, max_context_tokens=budget,
+                           max_new_tokens=max_new_tokens)
+    return traj
+
+
+def test_the_observation_counts_against_the_context_budget(tiny_tokenizer):
+    """Turn 2 runs only if (context after turn 1) + (the observation's ids) + max_new_tokens fits."""
+    full = _run_with_budget(tiny_tokenizer, 4096)
+    (_, end1), (start2, _) = _spans(full.loss_mask)[:2]
+    fits = start2 + 64  # the second turn's prompt is the trajectory up to start2
+    assert start2 - end1 > 1  # the observation is several tokens
+    assert _run_with_budget(tiny_tokenizer, fits).num_turns == 2  # turn 3 no longer fits
+    cut = _run_with_budget(tiny_tokenizer, fits - 1)
+    assert cut.num_turns == 1 and cut.truncated
+    assert len(cut.input_ids) == end1  # nothing appended after the last generated turn
+
+
+def test_a_first_prompt_over_the_budget_is_refused(tiny_tokenizer):
+    with pytest.raises(ValueError, match=r"first prompt is \d+ tokens.*max_new_tokens=64.*"
+                                         r"rollout.max_context_tokens=100"):
+        _run_with_budget(tiny_tokenizer, 100)
+
+
+def test_the_first_turns_reasoning_span_is_the_sampled_ids(tiny_tokenizer):
+    """The engine tokenised its reply character by character (no tokenizer would): the span the
+    MI monitor scores is those ids, between the sampled tags."""
+    _, (traj,) = run(tiny_tokenizer)
+    a, b = traj.think_span
+    reasoning = "I am at row 1."
+    assert traj.input_ids[a:b] == [i for ch in reasoning
+                                   for i in tiny_tokenizer.encode(ch, add_special_tokens=False)]
+    assert traj.loss_mask[a:b] == [1] * (b - a)
