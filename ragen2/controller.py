@@ -274,7 +274,8 @@ class Controller:
 
         ws = self.cfg.trainer.warm_start
         t0 = time.perf_counter()
-        if not any(probe_env(e) for e in self.train_envs):
+        experts = [e for e in self.train_envs if probe_env(e)]  # envs with a demonstration()
+        if not experts:
             # a plain Gymnasium env (no expert to clone): RL starts from the model as it is
             print(f"[ragen2] warm start skipped: no training env ({', '.join(e.id for e in self.train_envs)}) "
                   "has a demonstration() hook to clone. A pretrained model needs none; the tiny "
@@ -290,7 +291,7 @@ class Controller:
             m["warm_start/cached"] = 1.0
             print(f"[ragen2] warm start loaded from cache {cache}", flush=True)
         else:
-            m = self._behaviour_clone()
+            m = self._behaviour_clone(experts)
             if ws.cache:
                 cache.mkdir(parents=True, exist_ok=True)
                 self.learners.call("save_policy", str(cache / "policy.pt"))
@@ -299,14 +300,12 @@ class Controller:
         self.learners.call("finish_warm_start")
         return {**m, "timing/warm_start_s": time.perf_counter() - t0}
 
-    def _behaviour_clone(self) -> dict[str, float]:
+    def _behaviour_clone(self, experts: list[EnvEntry]) -> dict[str, float]:
+        """Demonstrations of the ``experts`` (train envs with a demonstration() hook), then SFT."""
         import ray
         from tqdm.auto import tqdm
 
         ws = self.cfg.trainer.warm_start
-        from ragen2.rollout.envs import probe_env
-
-        experts = [e for e in self.train_envs if probe_env(e)]  # at least one (warm_start)
         specs = self.episode_specs(experts, ws.episodes, 1, lambda i: seeding.demo_seed(ws.seed, i))
         n = len(self.workers)
         trajs, _ = self._gather("demonstrate", specs, [ws.random_action_prob] * n,

@@ -79,7 +79,7 @@ def _conversation(renderer: ChatRenderer, tok) -> list[int]:
     """The ids the runner builds over 3 turns, the replies tokenised as a model samples them."""
     ids = renderer.initial_prompt(SYSTEM, OBS[0])
     for reply, obs in zip(REPLIES, OBS[1:]):
-        body = reply[len(renderer.response_prefix):] if reply.startswith(renderer.response_prefix) else reply
+        body = reply.removeprefix(renderer.response_prefix.strip())  # R1: the prompt opened <think>
         ids += tok.encode(body, add_special_tokens=False)
         ids += renderer.observation_suffix(obs, generation_ended_with_eos=False)
     return ids
