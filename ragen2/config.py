@@ -463,6 +463,13 @@ class LearnerConfig:
         self.lora.validate(f"{p}.lora")
 
 
+# Default probe tolerance per model dtype (mean |logprob gap| per token). float32: measured, the
+# engines and the learner agree to ~1e-5 on the CPU (tests/sync). bfloat16 (7 mantissa bits, the
+# engine's kernels differ from the learner's autocast ones) and float16 (10 bits): estimated, not
+# yet measured on a GPU.
+PROBE_TOLERANCE = {"float32": 1e-3, "bfloat16": 3e-2, "float16": 5e-3}
+
+
 @dataclass
 class SyncConfig:
     """Weight sync learner -> engines (registry ``ragen2.sync.WEIGHT_SYNCS``) and its probe.
@@ -476,13 +483,20 @@ class SyncConfig:
     bucket_mb: float = 256.0  # weights move in buckets of at most this size
     probe: bool = True
     probe_tokens: int = 320  # longer than a KV block (vLLM: 128 on CPU, 16 on GPU)
-    probe_tolerance: float = 1e-3  # mean |learner - engine| logprob per token (fp32); bf16 ~3e-2
+    # mean |learner - engine| logprob per token; null = by model.dtype (PROBE_TOLERANCE)
+    probe_tolerance: Optional[float] = None
+
+    def tolerance(self, dtype: str) -> float:
+        """The probe's tolerance for a model computed in ``dtype``."""
+        return self.probe_tolerance if self.probe_tolerance is not None else PROBE_TOLERANCE[dtype]
 
     def validate(self, p: str) -> None:
         from ragen2.sync import WEIGHT_SYNCS
 
         _choice(self, p, "strategy", ["auto", *WEIGHT_SYNCS.names()])
-        _positive(self, p, "bucket_mb", "probe_tokens", "probe_tolerance")
+        _positive(self, p, "bucket_mb", "probe_tokens")
+        _check(self.probe_tolerance is None or self.probe_tolerance > 0, f"{p}.probe_tolerance",
+               self.probe_tolerance, "null (by model.dtype) or > 0")
         _check(self.probe_tokens >= 2, f"{p}.probe_tokens", self.probe_tokens, "must be >= 2")
 
 
@@ -515,9 +529,15 @@ class ClusterConfig:
         _check(self.torch_threads >= 0, f"{p}.torch_threads", self.torch_threads, "must be >= 0")
 
 
+RECIPES = ("tiny", "pretrained")
+
+
 @dataclass
 class Config:
     seed: int = 0
+    # the optimisation recipe, set by configs/recipe/<model>.yaml: tiny (a model ragen2 builds:
+    # behaviour-cloned warm start, large learning rates) or pretrained (RAGEN-2's settings)
+    recipe: Optional[str] = "tiny"
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -533,6 +553,19 @@ class Config:
     def validate(self) -> None:
         _check_numbers(self)
         _check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32)")
+        _check(self.recipe in RECIPES, "recipe", self.recipe,
+               f"one of {', '.join(RECIPES)}: this model has no configs/recipe/<model>.yaml (add "
+               "one holding `defaults: [pretrained]`, or pass recipe=pretrained)")
+        if self.recipe == "tiny":
+            from ragen2.models.builtin import random_init
+
+            _check(random_init(self.model), "recipe", self.recipe,
+                   f"the tiny recipe (behaviour-cloning warm start at lr "
+                   f"{self.trainer.warm_start.lr:g}, RL at lr {self.algorithm.lr:g}) is for the "
+                   f"random-initialised models ragen2 builds, and model "
+                   f"{self.model.path or self.model.name!r} is a pretrained checkpoint it would "
+                   "wreck in a few steps: drop recipe=tiny or pass recipe=pretrained "
+                   "(configs/recipe/pretrained.yaml)")
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):

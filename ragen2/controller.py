@@ -176,8 +176,8 @@ class Controller:
             return
         self.sync.push(self.version, only=[index])
         if self.probe is not None:
-            run_probe(self.learners, [worker], self.probe, self.cfg.sync.probe_tolerance,
-                      self.version)
+            run_probe(self.learners, [worker], self.probe,
+                      self.cfg.sync.tolerance(self.cfg.model.dtype), self.version)
 
     def episode_specs(self, entries: list[EnvEntry], groups: int, group_size: int,
                       seed_of: Any, temperature_of: Any = None) -> list[EpisodeSpec]:
@@ -244,7 +244,7 @@ class Controller:
                 if self.probe is not None:
                     t1 = time.perf_counter()
                     m.update(run_probe(self.learners, self.workers, self.probe,
-                                       self.cfg.sync.probe_tolerance, self.version))
+                                       self.cfg.sync.tolerance(self.cfg.model.dtype), self.version))
                     m["timing/probe_s"] = time.perf_counter() - t1
                 return m
             except RayActorError:

@@ -111,13 +111,13 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
         probe_env(entry)
     if cfg.cluster.address is None:
         check_hardware(cfg)  # a local Ray: every actor runs on this machine
+    model_path = resolve_model_path(cfg)
+    check_chat_template(cfg, model_path)  # before Ray: a template it cannot render fails in seconds
     ensure_ray(cfg)
     if cfg.cluster.device == "cuda":
         plan_placement(cfg, cluster_nodes())  # refuse a layout the cluster cannot hold, now
     if cfg.cluster.address is not None:
         check_hardware_on_cluster(cfg)  # the driver may sit on a CPU-only head node
-    model_path = resolve_model_path(cfg)
-    check_chat_template(cfg, model_path)
     return run(cfg, Path(run_dir), model_path)
 
 

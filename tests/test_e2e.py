@@ -26,7 +26,7 @@ ONE_RANK = "cluster.learner_world_size=1"
 
 def small(model_path: str, *extra: str) -> list[str]:
     """Tiny budgets; the model goes through `model=hf` (real HF loading of a saved directory)."""
-    return ["model=hf", f"model.path={model_path}", *SMALL, *extra]
+    return ["model=hf", f"model.path={model_path}", "recipe=tiny", *SMALL, *extra]
 
 
 def rows(run_dir: Path) -> dict[int, dict]:

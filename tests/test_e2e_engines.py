@@ -24,7 +24,7 @@ SMALL = ["engine=vllm", "trainer.warm_start.episodes=32", "trainer.warm_start.ep
 
 
 def small(model_path: str, *extra: str) -> list[str]:
-    return ["model=hf", f"model.path={model_path}", *SMALL, *extra]
+    return ["model=hf", f"model.path={model_path}", "recipe=tiny", *SMALL, *extra]
 
 
 def rows(run_dir: Path) -> dict[int, dict]:

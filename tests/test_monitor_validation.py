@@ -30,7 +30,7 @@ def test_monitor_separates_describing_from_template_reasoning(ray_session, tmp_p
     step1 = {}
     for mode in ("describe", "template"):
         run = tmp_path / mode
-        train(load_config(BASE + [f"env.kwargs.reasoning={mode}", "model=hf", f"model.path={model}"]), run)
+        train(load_config(BASE + [f"env.kwargs.reasoning={mode}", "model=hf", f"model.path={model}", "recipe=tiny"]), run)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         step1[mode] = next(r for r in rows if r["step"] == 1)
     d, t = step1["describe"], step1["template"]

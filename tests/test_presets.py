@@ -56,7 +56,7 @@ def assert_paper_setup(c: Config) -> None:
     assert not e.enforce_eager and not e.sleep_mode
     assert c.model.dtype == "bfloat16" and c.model.name == "hf"
     assert c.cluster.device == "cuda" and c.cluster.backend == "nccl"
-    assert c.sync.probe_tolerance == pytest.approx(3e-2)
+    assert c.sync.tolerance(c.model.dtype) == pytest.approx(3e-2)  # bf16, by model.dtype
     assert not c.trainer.warm_start.enabled
     assert c.trainer.eval_episodes == 256
     # a whole episode fits the context, and the context fits the engine

@@ -28,7 +28,7 @@ def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_p
     cmd = [sys.executable, "-m", "ragen2.train", "-m", "filter=top_p", "filter.value=0.5,0.9",
            "monitor.every=1", "trainer.total_steps=2", "rollout.env_groups=4",
            "filter.include_zero=true", "rollout.group_size=2", *WARM, "trainer.eval_episodes=8",
-           "trainer.eval_every=0", f"model=hf", f"model.path={tiny_model_path}",
+           "trainer.eval_every=0", "model=hf", f"model.path={tiny_model_path}", "recipe=tiny",
            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)

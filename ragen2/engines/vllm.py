@@ -108,7 +108,10 @@ class VLLMEngine:
             model=model_path, tokenizer=model_path, dtype=dtype, seed=seed,
             trust_remote_code=trust_remote_code, max_model_len=o.max_model_len,
             enable_prefix_caching=o.prefix_caching, enforce_eager=o.enforce_eager or device == "cpu",
-            logprobs_mode="processed_logprobs", tensor_parallel_size=o.tensor_parallel_size)
+            logprobs_mode="processed_logprobs", tensor_parallel_size=o.tensor_parallel_size,
+            # vLLM's own sampling defaults, not the model's generation_config.json (Qwen2.5-Instruct
+            # ships repetition_penalty 1.05-1.1): requests sample exactly our SamplingParams
+            generation_config="vllm")
         if device == "cuda":
             kwargs.update(gpu_memory_utilization=o.gpu_memory_utilization,
                           enable_sleep_mode=o.sleep_mode)

@@ -7,14 +7,25 @@ cache root: ``tiny`` (a random-initialised Qwen2 + BPE trained on the envs' own 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ragen2.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ragen2.config import Config
+    from ragen2.config import Config, ModelConfig
 
 BUILT_IN: Registry[Callable[["Config"], str]] = Registry("built-in model (model.path: null)")
+
+
+def random_init(model: "ModelConfig") -> bool:
+    """Whether ``model`` has random weights ragen2 initialised: the built-in tiny model, or a
+    directory it saved (which holds the tiny model's marker file). Anything else is pretrained."""
+    from ragen2.models.tiny import MARKER_FILE
+
+    if not model.path:
+        return model.name == "tiny"
+    return (Path(model.path) / MARKER_FILE).is_file()
 
 
 @BUILT_IN.register("tiny")

@@ -60,6 +60,13 @@ def test_sampled_logprobs_match_teacher_forcing(vllm_engine, hf_engine):
         assert g.text == vllm_engine.tokenizer.decode(g.token_ids, skip_special_tokens=False)
 
 
+def test_the_models_generation_config_is_not_read(vllm_engine):
+    """vLLM would take a shipped repetition_penalty etc. as its defaults with "auto"."""
+    model_config = vllm_engine.llm.llm_engine.model_config
+    assert model_config.generation_config == "vllm"
+    assert model_config.get_diff_sampling_param() == {}
+
+
 def test_seeds_n_samples_and_greedy(vllm_engine):
     prompts = _prompts(vllm_engine.tokenizer)
     p = SamplingParams(max_new_tokens=12, stop=(), seed=1)
