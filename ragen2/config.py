@@ -300,8 +300,13 @@ class TieredSNRConfig:
     high_weight: float = 1.5  # loss weight of high-SNR samples (amplify, 1..2)
     perturb_threshold: float = 0.8  # template score at which a prompt is perturbed
     perturb_temperature: float = 1.3  # sampling temperature multiplier for those prompts
+    # what the weights scale: "loss" = each sample's whole loss (policy, entropy and KL terms),
+    # "advantage" = its advantages only (the regularisers keep full weight, so attenuating a
+    # low-SNR sample raises the regulariser's share of its gradient: the opposite of SPEC 1)
+    weight_target: str = "loss"
 
     def validate(self, p: str) -> None:
+        _choice(self, p, "weight_target", ("loss", "advantage"))
         if not self.enabled:
             return
         from ragen2.filtering import TieredSNR
@@ -328,16 +333,25 @@ class FilterConfig:
 
     strategy: str = "none"  # none | top_p | top_p_softmax | top_k | top_k_abs | min_p
     value: float = 1.0
-    metric: str = "reward_std"  # reward_std | reward_mean | entropy | response_length
+    metric: str = "reward_std"  # reward_std | reward_variance | reward_mean | entropy | response_length
     include_zero: bool = True  # may groups with zero reward spread be kept
     temperature: float = 1.0  # top_p_softmax
+    keep: str = "largest"  # largest | smallest: which end of the score order is kept
+    epsilon: float = 0.0  # near-ties: groups within this of the last kept score are kept too
     loss_scale: str = "none"  # none | linear | sqrt: scale the loss by the kept fraction
     tiered: TieredSNRConfig = field(default_factory=TieredSNRConfig)
 
     def validate(self, p: str) -> None:
         from ragen2.filtering import GROUP_SCORES, GROUP_SELECTORS, LOSS_SCALES
+        from ragen2.filtering.select import KEEP_MODES
 
         _choice(self, p, "strategy", ["none", *GROUP_SELECTORS.names()])
+        _choice(self, p, "keep", KEEP_MODES)
+        _check(self.epsilon >= 0, f"{p}.epsilon", self.epsilon, "must be >= 0 (0 = off)")
+        if self.strategy != "none" and self.keep == "smallest":
+            _check(GROUP_SELECTORS.get(self.strategy).has_smallest, f"{p}.keep", self.keep,
+                   f"{self.strategy} has no keep=smallest form: top_p, top_p_softmax, top_k or "
+                   "top_k_abs")
         _choice(self, p, "metric", GROUP_SCORES.names())
         _choice(self, p, "loss_scale", LOSS_SCALES.names())
         _check(self.temperature > 0, f"{p}.temperature", self.temperature, "must be > 0")
@@ -395,6 +409,22 @@ class WarmStartConfig:
 
 
 @dataclass
+class EarlyStopConfig:
+    """Early stops (``ragen2.early_stop``), each off at 0."""
+
+    spread_frac: float = 0.0  # stop when the in-group reward spread < this x its first-step value
+    spread_patience: int = 5  # ... for this many steps in a row
+    eval_floor: float = 0.0  # stop when held-out success < this
+    eval_patience: int = 3  # ... for this many evaluations in a row
+
+    def validate(self, p: str) -> None:
+        for n in ("spread_frac", "eval_floor"):
+            v = getattr(self, n)
+            _check(0 <= v <= 1, f"{p}.{n}", v, "in [0, 1] (0 = off)")
+        _positive(self, p, "spread_patience", "eval_patience")
+
+
+@dataclass
 class TrainerConfig:
     total_steps: int = 40
     save_every: int = 10  # 0 = only at the end
@@ -410,6 +440,7 @@ class TrainerConfig:
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard", "console"])
     wandb_project: Optional[str] = None
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
 
     def validate(self, p: str) -> None:
         from ragen2.metrics import SINKS
@@ -424,6 +455,7 @@ class TrainerConfig:
         for s in self.loggers:
             _check(s in SINKS, f"{p}.loggers", s, "allowed: " + ", ".join(SINKS.names()))
         self.warm_start.validate(f"{p}.warm_start")
+        self.early_stop.validate(f"{p}.early_stop")
 
 
 @dataclass
@@ -584,6 +616,16 @@ class Config:
                    "filter.tiered.pool_size", self.filter.tiered.pool_size,
                    f"at least rollout.env_groups={self.rollout.env_groups} (each step draws "
                    "distinct prompts from the pool)")
+            if self.env.mix:  # each env draws its groups from its own block of the pool
+                from ragen2.rollout.envs import allocate
+
+                shares = [e.share for e in self.env.entries("mix").values()]
+                blocks = allocate(self.filter.tiered.pool_size, shares)
+                steps = allocate(self.rollout.env_groups, shares)
+                _check(all(b >= n for b, n in zip(blocks, steps)), "filter.tiered.pool_size",
+                       self.filter.tiered.pool_size,
+                       f"a pool whose block per env.mix entry ({blocks}, split by share) holds "
+                       f"that env's groups of a step ({steps}): raise the pool size")
         if self.engine.name == "vllm":  # vLLM refuses a request longer than its model length
             _check(self.rollout.max_context_tokens <= self.engine.max_model_len,
                    "rollout.max_context_tokens", self.rollout.max_context_tokens,

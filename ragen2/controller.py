@@ -20,11 +20,14 @@ import numpy as np
 
 from ragen2 import seeding
 from ragen2.config import Config
+from ragen2.early_stop import EarlyStop
 from ragen2.filtering.pipeline import FilterPipeline
+from ragen2.filtering.scores import GroupBatch, reward_std
+from ragen2.filtering.select import ZERO_EPS
 from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
-from ragen2.rollout.envs import EnvEntry, assign, eval_entries, train_entries
+from ragen2.rollout.envs import EnvEntry, allocate, assign, eval_entries, train_entries
 from ragen2.rollout.pool import WorkerPool
 from ragen2.rollout.runner import EpisodeSpec
 from ragen2.rollout.trajectory import Trajectory, collate
@@ -66,7 +69,7 @@ def rollout_metrics(trajs: Sequence[Trajectory], prefix: str,
 
 def _episode_stats(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     r = np.array([t.reward for t in trajs])
-    stds = np.array([np.std(v) for v in group_rewards(trajs).values()])
+    stds = reward_std(group_rewards(trajs)).numpy()  # σ_g, the filter's and the SNR grades' own
     turns = np.array([t.num_turns for t in trajs])
     return {
         f"{prefix}/success": float(np.mean([t.success for t in trajs])),
@@ -74,7 +77,7 @@ def _episode_stats(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]
         f"{prefix}/reward_std": float(r.std()),
         f"{prefix}/env_return_mean": float(np.mean([t.env_return for t in trajs])),
         f"{prefix}/group_reward_std_mean": float(stds.mean()),
-        f"{prefix}/zero_std_group_frac": float((stds < 1e-8).mean()),
+        f"{prefix}/zero_std_group_frac": float((stds <= ZERO_EPS).mean()),
         f"{prefix}/num_turns_mean": float(turns.mean()),
         f"{prefix}/format_error_rate": float(sum(t.num_format_errors for t in trajs) / max(turns.sum(), 1)),
         f"{prefix}/invalid_action_rate": float(sum(t.num_invalid_actions for t in trajs) / max(turns.sum(), 1)),
@@ -132,7 +135,7 @@ class Controller:
         self.learners = LearnerGroup(cfg, model_path, learner_threads, self.placement)
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
-        self.filter = FilterPipeline(cfg.filter, cfg.seed)
+        self.filter = FilterPipeline(cfg.filter, cfg.seed, [e.share for e in self.train_envs])
         self.monitor = None
         if cfg.monitor.name == "mi" and cfg.monitor.every > 0:
             from ragen2.collapse.monitor import MIMonitor
@@ -190,7 +193,7 @@ class Controller:
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """The step's episodes. Tiered SNR filtering draws the groups' prompts from its pool."""
         r = self.cfg.rollout
-        drawn = self.filter.prompts(step, r.env_groups)
+        drawn = self.filter.prompts(step, allocate(r.env_groups, [e.share for e in self.train_envs]))
         if drawn is None:
             self.group_keys = None
             specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
@@ -391,15 +394,16 @@ class Controller:
         """Gradient norms of the task / entropy / KL terms per reward-spread quantile bucket."""
         import ray
 
-        stds = {g: float(np.std(r)) for g, r in group_rewards(trajs).items()}
-        n_b = self.cfg.monitor.grad_snr_buckets
-        edges = np.quantile(list(stds.values()), np.linspace(0, 1, n_b + 1)[1:-1])
-        bucket_of = {g: int(np.searchsorted(edges, s, side="right")) for g, s in stds.items()}
+        from ragen2.collapse.grad_snr import spread_buckets
+
+        batch = GroupBatch.from_group_rewards(group_rewards(trajs))
+        stds = reward_std(batch).numpy()  # σ_g as the filter computes it
+        buckets = spread_buckets(stds, self.cfg.monitor.grad_snr_buckets)
+        bucket_of = dict(zip(batch.groups, buckets.tolist()))
         rows = np.array([bucket_of[t.group_id] for t in trajs])
         out = self.learners.call("grad_snr", ray.put(collate(trajs, self.pad_id)), rows)[0]
         for b in sorted(set(rows.tolist())):
-            out[f"grad_snr/b{b}/reward_std"] = float(np.mean([s for g, s in stds.items()
-                                                               if bucket_of[g] == b]))
+            out[f"grad_snr/b{b}/reward_std"] = float(stds[buckets == b].mean())
         return out
 
     def diagnose(self, eval_success: float) -> dict[str, Any]:
@@ -409,7 +413,8 @@ class Controller:
         h, col = self.health, self.health["collapse"]
         train = h["train_success"]
         d = diagnose(mi=col.get("collapse/mi"), mi_null=col.get("collapse/mi_null"),
-                     log_n=col.get("collapse/log_n"), token_entropy=col.get("collapse/token_entropy"),
+                     log_n=col.get("collapse/log_n"), mi_bound=col.get("collapse/mi_bound"),
+                     token_entropy=col.get("collapse/token_entropy"),
                      entropy_ref=h["entropy_ref"],
                      train_success=float(np.mean(train)) if train else None,
                      eval_success=eval_success)
@@ -522,7 +527,11 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             logger.log(0, row)
 
         save_pending = False
+        stopper = EarlyStop(**asdict(tr.early_stop))
+        stopper.load_state_dict(state.get("early_stop", {}))
+        stop_reason, last_step = None, start
         for step in range(start + 1, tr.total_steps + 1):
+            last_step = step
             m, trained = ctl.train_step(step)
             if trained:  # the learner skips a mini-batch whose loss or gradient is nan/inf
                 try:
@@ -542,12 +551,24 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                     f"(filter.strategy={cfg.filter.strategy}, filter.value={cfg.filter.value}, "
                     f"trainer.max_skipped_steps={tr.max_skipped_steps}): loosen the filter "
                     "(a higher filter.value, filter.include_zero=true) or raise rollout.group_size")
-            if step == tr.total_steps or (tr.eval_every and step % tr.eval_every == 0):
+            if "rollout/in_group_reward_std" in m:
+                stop_reason = stopper.step(m["rollout/in_group_reward_std"])
+            evaluated = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
+            if evaluated:
                 m.update(ctl.evaluate(step))
                 m.update(ctl.diagnose(m["eval/success"]))
                 state["eval_last"] = m["eval/success"]
+                stop_reason = stop_reason or stopper.evaluation(m["eval/success"])
+            if stop_reason and not evaluated:  # the run ends here: measure where it ended
+                m.update(ctl.evaluate(step))
+                m.update(ctl.diagnose(m["eval/success"]))
+                state["eval_last"] = m["eval/success"]
+            if stop_reason:
+                m["trainer/early_stop"] = 1.0
+            state["early_stop"] = stopper.state_dict()
             logger.log(step, m)
-            save_pending |= step == tr.total_steps or bool(tr.save_every and step % tr.save_every == 0)
+            save_pending |= (step == tr.total_steps or stop_reason is not None
+                             or bool(tr.save_every and step % tr.save_every == 0))
             if save_pending and m.get("actor/nonfinite_skipped", 0) > 0:
                 # never checkpoint a step whose update met a nan/inf: wait for a clean one
                 log.warning("step %d: checkpoint postponed, %d optimizer step(s) skipped for a "
@@ -557,13 +578,16 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 state["controller"] = ctl.state_dict()
                 ctl.save(step, state)
                 save_pending = False
+            if stop_reason:
+                print(f"[ragen2] early stop at step {step}: {stop_reason}", flush=True)
+                break
         if save_pending:
             log.warning("no checkpoint after step %d: its update skipped optimizer steps for a "
-                        "non-finite loss or gradient (latest checkpoint: %s)", tr.total_steps,
+                        "non-finite loss or gradient (latest checkpoint: %s)", last_step,
                         checkpoint.latest(run_dir))
         summary = {"eval_before": state.get("eval_before"), "eval_after": state.get("eval_last"),
-                   "steps": tr.total_steps, "seed": cfg.seed,
-                   "wall_s": time.perf_counter() - t_start}
+                   "steps": last_step if stop_reason else tr.total_steps, "seed": cfg.seed,
+                   "wall_s": time.perf_counter() - t_start, "early_stop": stop_reason}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         if summary["eval_after"] is not None:
             print(f"[ragen2] held-out success before RL: {summary['eval_before']:.3f}  "

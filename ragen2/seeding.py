@@ -12,7 +12,8 @@ import numpy as np
 TRAIN_SEED_LIMIT = 2**31
 EVAL_SEED_BASE = 2**31
 
-_GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE, _POOL = 1, 2, 3, 4, 6  # 5: filtering.prompt_rng
+_GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE, _POOL, _TURN, _REQUEST = 1, 2, 3, 4, 6, 7, 8  # 5: prompt_rng
+REQUEST_SEED_LIMIT = 2**63  # engines take 64-bit seeds: collisions among a step's requests ~1e-13
 
 
 def _draw(*key: int) -> int:
@@ -43,6 +44,22 @@ def eval_seed(index: int) -> int:
 def sampling_seed(seed: int, step: int, worker: int) -> int:
     """Sampling seed of one worker's rollout at ``step``."""
     return _draw(seed, _SAMPLE, step, worker)
+
+
+def turn_seed(worker_seed: int, turn: int, temperature_scale: float = 1.0) -> int:
+    """Base sampling seed of one turn's generate call of a worker's rollout (per temperature
+    scale, for the tiered SNR perturbation). Hashed, so no two (turn, scale) share a stream."""
+    return _draw(worker_seed, _TURN, turn, int(round(temperature_scale * 1e6)))
+
+
+def request_seed(base: int, index: int) -> int:
+    """Seed of request ``index`` of a generate call whose params carry seed ``base``.
+
+    Hashed rather than ``base + index``: with ``base`` stepping by one per turn, episode i at turn
+    t + 1 would reuse the stream of episode i + 1 at turn t.
+    """
+    return int(np.random.SeedSequence([int(base), _REQUEST, int(index)]).generate_state(
+        1, np.uint64)[0] % REQUEST_SEED_LIMIT)
 
 
 def eval_sampling_seed(worker: int) -> int:

@@ -272,3 +272,11 @@ def test_qwen2_half_billion_random_spec():
     with torch.device("meta"):
         model = Qwen2ForCausalLM(config)
     assert sum(p.numel() for p in model.parameters()) == QWEN2_05B_PARAMS
+
+
+def test_the_ragen2_paper_filter_preset():
+    """RAGEN-2's release filter (configs/filter/ragen2_paper.yaml cites the script): softmax
+    top-p at 0.9 over the reward variance, largest first, zero-spread groups out, no loss scale."""
+    f = load_config(["filter=ragen2_paper"]).filter
+    assert (f.strategy, f.value, f.metric, f.keep) == ("top_p_softmax", 0.9, "reward_variance", "largest")
+    assert (f.include_zero, f.temperature, f.loss_scale) == (False, 1.0, "none")

@@ -267,3 +267,30 @@ def test_cli_exits_1_when_the_disk_fills_during_the_run(tmp_path, monkeypatch, c
     assert e.value.code == 1
     err = capsys.readouterr().err
     assert "ragen2-train: error:" in err and text in err and "Traceback" not in err
+
+
+def test_an_early_stop_ends_the_run_with_an_evaluation_and_a_checkpoint(tmp_path, monkeypatch):
+    """Spread 0.4 at step 1 then 0.05 (< 0.25 x 0.4): the third low step, step 4, stops the run
+    (of 10), evaluated and checkpointed there, with the count saved for a resume."""
+    spreads = {1: 0.4, 2: 0.05, 3: 0.05, 4: 0.05}
+    fake = fake_controller({})
+    train_step = fake.train_step
+
+    def with_spread(self, step):
+        m, trained = train_step(self, step)
+        return {**m, "rollout/in_group_reward_std": spreads.get(step, 0.05)}, trained
+
+    monkeypatch.setattr(fake, "train_step", with_spread)
+    monkeypatch.setattr(controller, "Controller", fake)
+    fake.trained = []
+    cfg = _cfg("trainer.total_steps=10", "trainer.save_every=0",
+               "trainer.early_stop.spread_frac=0.25", "trainer.early_stop.spread_patience=3")
+    summary = controller.run(cfg, tmp_path, "unused")
+    assert fake.trained == [1, 2, 3, 4]
+    assert summary["steps"] == 4 and "below 0.25 x its first-step value 0.4" in summary["early_stop"]
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 4 and rows[-1]["eval/success"] == 0.5
+    assert rows[-1]["trainer/early_stop"] == 1.0
+    assert _steps(tmp_path) == ["latest.json", "step_000004"]
+    state = checkpoint.read_state(checkpoint.latest(tmp_path))
+    assert state["early_stop"] == {"start_spread": 0.4, "low_spread_steps": 3, "low_evals": 0}

@@ -64,6 +64,6 @@ def test_tiered_filtering_resumes_exactly(ray_session, tiny_model_path, tmp_path
                             "trainer.resume=true")), part_dir)
     full, resumed = rows(full_dir), rows(part_dir)
     assert {"snr/mean", "collapse/mi", "filter/kept_ratio"} <= set(full[2])
-    assert "grad_snr/b0/task_norm" in full[2]
+    assert any(k.startswith("grad_snr/b") and k.endswith("/task_norm") for k in full[2])
     for step in (2, 3):
         assert without_timing(resumed[step]) == without_timing(full[step])

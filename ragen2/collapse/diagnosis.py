@@ -10,7 +10,8 @@ The design document's section 6 table:
     =================  ===========================  ==========================  ===================
 
 Criteria (thresholds in ``DiagnosisThresholds``):
-    template_collapse: mi_excess < mi_low_frac * log_n   with mi_excess = mi - mi_null
+    template_collapse: mi_excess < mi_low_frac * bound   with mi_excess = mi - mi_null, bound =
+                       mi_bound (distinct prompts) if given, else log_n
                        (mi_null = 0 when not given), AND token_entropy >= entropy_high_frac *
                        entropy_ref (entropy_ref = token entropy at the start of RL).
                        Low MI with LOW entropy is not template collapse (the reasoning is not
@@ -48,8 +49,9 @@ _PRECEDENCE = ("template_collapse", "underfitting", "overfitting")
 class DiagnosisThresholds:
     """Thresholds of ``diagnose`` (all validated on construction).
 
-    mi_low_frac: MI is low when mi - mi_null < mi_low_frac * log_n (the fraction of the MI upper
-        bound log N that the reasoning still carries about the prompt), in (0, 1]. Default 0.1.
+    mi_low_frac: MI is low when mi - mi_null < mi_low_frac * bound (the fraction of the MI upper
+        bound that the reasoning still carries about the prompt: the distinct prompts' bound
+        ``mi_bound`` when given, else log N), in (0, 1]. Default 0.1.
     entropy_high_frac: token entropy is high when >= entropy_high_frac * entropy at the start of
         RL, in (0, 1]. Default 0.8 (entropy has kept at least 80 % of its starting value).
     overfit_gap: overfitting when train_success - eval_success >= overfit_gap, in (0, 1].
@@ -110,6 +112,7 @@ def diagnose(
     mi: float | None = None,
     mi_null: float | None = None,
     log_n: float | None = None,
+    mi_bound: float | None = None,
     token_entropy: float | None = None,
     entropy_ref: float | None = None,
     train_success: float | None = None,
@@ -121,7 +124,9 @@ def diagnose(
     Args (all optional; None = not available, the criteria needing it are skipped):
         mi: MI estimate in nats (``mutual_information(...)["mi"]``).
         mi_null: its permutation floor (``permutation_null(...)["mi_null"]``); None -> 0.
-        log_n: the MI upper bound log N (> 0).
+        log_n: the MI upper bound log N (> 0), N the scored samples.
+        mi_bound: the bound of the distinct prompts (``mutual_information(...)["mi_bound"]``,
+            below log N when prompts repeat in the batch); used instead of ``log_n`` when given.
         token_entropy: current mean token entropy of the policy (>= 0).
         entropy_ref: token entropy at the start of RL (> 0).
         train_success, eval_success: success rates in [0, 1] on training / held-out tasks.
@@ -137,6 +142,9 @@ def diagnose(
     mi = _check("mi", mi)
     mi_null = _check("mi_null", mi_null)
     log_n = _check("log_n", log_n, positive=True)
+    mi_bound = _check("mi_bound", mi_bound, positive=True)
+    bound_name = "mi_bound" if mi_bound is not None else "log_n"
+    bound = mi_bound if mi_bound is not None else log_n
     token_entropy = _check("token_entropy", token_entropy, lo=0.0)
     entropy_ref = _check("entropy_ref", entropy_ref, positive=True)
     train_success = _check("train_success", train_success, lo=0.0, hi=1.0)
@@ -146,18 +154,18 @@ def diagnose(
     parts: list[str] = []
 
     # ---- template collapse: MI low while token entropy stays high ----
-    missing = [k for k, v in (("mi", mi), ("log_n", log_n), ("token_entropy", token_entropy),
+    missing = [k for k, v in (("mi", mi), (bound_name, bound), ("token_entropy", token_entropy),
                               ("entropy_ref", entropy_ref)) if v is None]
     mi_text = None
-    if mi is not None and log_n is not None:
+    if mi is not None and bound is not None:
         null_used = 0.0 if mi_null is None else mi_null
         excess = mi - null_used
-        mi_bar = t.mi_low_frac * log_n
+        mi_bar = t.mi_low_frac * bound
         mi_low = excess < mi_bar
         null_txt = "null not given, taken as 0" if mi_null is None else f"null {_g(mi_null)}"
         mi_text = (
-            f"MI {_g(mi)} nats ({null_txt}, bound {_g(log_n)}; excess {_g(excess)} "
-            f"{'<' if mi_low else '>='} {_g(t.mi_low_frac)} x {_g(log_n)})"
+            f"MI {_g(mi)} nats ({null_txt}, bound {_g(bound)}; excess {_g(excess)} "
+            f"{'<' if mi_low else '>='} {_g(t.mi_low_frac)} x {_g(bound)})"
         )
     if missing:
         parts.append(

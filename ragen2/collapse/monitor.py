@@ -20,6 +20,9 @@ from ragen2.collapse.mi import (EMA, choose_negatives, mutual_information,
                                 mutual_information_subsampled, permutation_null)
 from ragen2.rollout.trajectory import Trajectory
 
+#: retrieval accuracy is logged at these k's, each beside its chance level (RAGEN-2's k's)
+RETRIEVAL_KS = (1, 2, 4, 8)
+
 #: scorer(contexts, continuations, columns (S, K)) -> (logp_sum (S, K), tokens (S, K))
 Scorer = Callable[[list[list[int]], list[list[int]], np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -86,11 +89,13 @@ class MIMonitor:
         cols = torch.from_numpy(columns)
         full = columns.shape[1] == n
         if full:  # columns are 0..N-1 in order on every row
-            summed = mutual_information(logp_t, owner, prompt_keys=inputs.prompt_keys)
+            summed = mutual_information(logp_t, owner, prompt_keys=inputs.prompt_keys,
+                                        ks=RETRIEVAL_KS)
             mean = mutual_information(mean_t, owner, prompt_keys=inputs.prompt_keys)
             null = permutation_null(logp_t, owner, num_permutations=self.permutations, generator=gen)
         else:
-            summed = mutual_information_subsampled(logp_t, cols, prompt_keys=inputs.prompt_keys)
+            summed = mutual_information_subsampled(logp_t, cols, prompt_keys=inputs.prompt_keys,
+                                                   ks=RETRIEVAL_KS)
             mean = mutual_information_subsampled(mean_t, cols, prompt_keys=inputs.prompt_keys)
             null = None
         out = {f"collapse/{k}": float(v) for k, v in summed.items()}

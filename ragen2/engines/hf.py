@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import torch
 
 from ragen2.engines.base import Generation, SamplingParams, Weights, named_tensors
+from ragen2.seeding import request_seed
 
 
 class _PolicySampler:
@@ -149,7 +150,7 @@ class HFEngine:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             chunk = prompts[start:start + self.max_batch_size]
-            out.extend(self._generate_batch(chunk, params, seed=params.seed + start))
+            out.extend(self._generate_batch(chunk, params, seed=request_seed(params.seed, start)))
         return out
 
     def _generate_batch(self, prompts: Sequence[Sequence[int]], params: SamplingParams,

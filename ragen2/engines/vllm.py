@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from ragen2.engines.base import Generation, SamplingParams, named_tensors
+from ragen2.seeding import request_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragen2.config import EngineConfig
@@ -146,7 +147,8 @@ class VLLMEngine:
             skip_special_tokens=False, spaces_between_special_tokens=False)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """``params.n`` responses per prompt, prompt-major; request i is seeded ``seed + i``."""
+        """``params.n`` responses per prompt, prompt-major; request i is seeded
+        ``request_seed(params.seed, i)`` (:mod:`ragen2.seeding`)."""
         from vllm.inputs import TokensPrompt
 
         if self.asleep:
@@ -157,7 +159,7 @@ class VLLMEngine:
             if len(p) == 0:
                 raise ValueError("empty prompt: every prompt needs at least one token")
         inputs = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
-        sampling = [self._sampling(params, params.seed + i) for i in range(len(prompts))]
+        sampling = [self._sampling(params, request_seed(params.seed, i)) for i in range(len(prompts))]
         outs = self.llm.generate(inputs, sampling, use_tqdm=False)
         result = []
         for out in outs:

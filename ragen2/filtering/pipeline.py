@@ -16,16 +16,27 @@ import numpy as np
 import torch
 
 from ragen2.filtering.scores import GroupBatch, group_scores, reward_std
-from ragen2.filtering.select import filter_metrics, loss_scale, select_groups
+from ragen2.filtering.select import ZERO_EPS, filter_metrics, loss_scale, select_groups
 from ragen2.filtering.snr import TieredSNR, prompt_rng, template_score
 
 log = logging.getLogger("ragen2")
 
 
+def pool_blocks(pool_size: int, shares: Sequence[float]) -> list[np.ndarray]:
+    """The tiered pool's keys of each training env: contiguous blocks sized by the env shares
+    (largest remainder, as the step's groups are split). Key k is env e's prompt for good."""
+    from ragen2.rollout.envs import allocate
+
+    sizes = allocate(pool_size, shares)
+    edges = np.cumsum([0, *sizes])
+    return [np.arange(edges[i], edges[i + 1]) for i in range(len(sizes))]
+
+
 class FilterPipeline:
-    def __init__(self, cfg: Any, seed: int) -> None:
-        """``cfg`` is a ``FilterConfig``; ``seed`` the run seed (prompt sampling derives from it)."""
-        self.cfg, self.seed = cfg, seed
+    def __init__(self, cfg: Any, seed: int, shares: Sequence[float] = (1.0,)) -> None:
+        """``cfg`` is a ``FilterConfig``; ``seed`` the run seed (prompt sampling derives from it);
+        ``shares`` the training envs' shares (``env.mix``), which split the tiered pool."""
+        self.cfg, self.seed, self.shares = cfg, seed, list(shares)
         t = cfg.tiered
         self.tiered = TieredSNR(
             t.pool_size, ema=t.ema, low_threshold=t.low_threshold, high_threshold=t.high_threshold,
@@ -36,11 +47,20 @@ class FilterPipeline:
         self._warned_at = -10**9
 
     # ----------------------------------------------------------- prompts (tiered mode)
-    def prompts(self, step: int, n: int) -> tuple[list[int], list[float]] | None:
-        """Pool keys and temperature multipliers of the step's ``n`` groups; None if not tiered."""
+    def prompts(self, step: int, counts: Sequence[int]) -> tuple[list[int], list[float]] | None:
+        """Pool keys and temperature multipliers of the step's groups; None if not tiered.
+
+        ``counts[e]`` groups come from env ``e``'s own block of the pool (:func:`pool_blocks`),
+        in env order, so a pool key always names the same (env, seed) prompt.
+        """
         if self.tiered is None:
             return None
-        keys = self.tiered.sample_prompts(n, prompt_rng(self.seed, step))
+        rng = prompt_rng(self.seed, step)
+        blocks = pool_blocks(self.tiered.pool_size, self.shares)
+        if len(blocks) != len(counts):
+            raise ValueError(f"{len(counts)} group counts for {len(blocks)} training envs")
+        keys = [k for block, c in zip(blocks, counts)
+                for k in self.tiered.sample_prompts(c, rng, None if len(blocks) == 1 else block)]
         return keys, [float(x) for x in self.tiered.temperature_multipliers(keys)]
 
     # ----------------------------------------------------------------- selection
@@ -62,7 +82,8 @@ class FilterPipeline:
         else:
             scores = group_scores(batch, c.metric)
             kept_idx = select_groups(scores, c.strategy, c.value, include_zero=c.include_zero,
-                                     temperature=c.temperature, zero_groups=stds <= 1e-8)
+                                     temperature=c.temperature, zero_groups=stds <= ZERO_EPS,
+                                     keep=c.keep, epsilon=c.epsilon)
         kept = {groups[i] for i in kept_idx.tolist()}
         metrics = filter_metrics(stds, scores, kept_idx)
         if self.tiered is not None and group_keys is not None:

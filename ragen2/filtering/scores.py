@@ -12,6 +12,8 @@ Scores
 ------
 * ``reward_std`` (default): population std (ddof=0) of the group's episode returns, σ_g. The task
   gradient of a group scales with it; the KL/entropy gradients do not (SPEC §1).
+* ``reward_variance``: σ_g², RAGEN-2's filter metric (same order as σ_g, so the same groups
+  under ``top_k``; a different mass under ``top_p`` and ``top_p_softmax``).
 * ``reward_mean``: mean episode return (may be negative: use ``top_k`` or ``top_p_softmax``).
 * ``entropy``: mean over the group's episodes of ``-Σ_t logprob_t / n_generated``, the per-token
   negative logprob of the tokens the engine sampled. Since the tokens were drawn from the policy,
@@ -118,6 +120,11 @@ def reward_std(data: GroupBatch | Mapping[int, Sequence[float]]) -> Tensor:
     return torch.from_numpy(np.sqrt(b.group_mean(dev * dev)))
 
 
+def reward_variance(data: GroupBatch | Mapping[int, Sequence[float]]) -> Tensor:
+    """(G,) population variance σ_g² of each group's returns (RAGEN-2's ``reward_variance``)."""
+    return reward_std(data) ** 2
+
+
 def reward_mean(data: GroupBatch | Mapping[int, Sequence[float]]) -> Tensor:
     """(G,) mean return per group."""
     b = _as_batch(data)
@@ -137,7 +144,8 @@ def response_length(data: GroupBatch) -> Tensor:
     return torch.from_numpy(b.group_mean(b.require("num_generated", "response_length")))
 
 
-for _name, _fn in (("reward_std", reward_std), ("reward_mean", reward_mean),
+for _name, _fn in (("reward_std", reward_std), ("reward_variance", reward_variance),
+                   ("reward_mean", reward_mean),
                    ("entropy", entropy), ("response_length", response_length)):
     GROUP_SCORES.add(_name, _fn)
 

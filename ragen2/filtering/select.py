@@ -43,11 +43,13 @@ _REL_TOL = 1e-9
 
 @dataclass(frozen=True)
 class Strategy:
-    """keep: (E,) float64 eligible scores, value, temperature -> LongTensor positions into them."""
+    """keep: (E,) float64 eligible scores, value, temperature, ascending -> LongTensor positions
+    into them (``ascending``: keep the smallest scores instead of the largest)."""
 
-    keep: Callable[[Tensor, float, float], Tensor]
+    keep: Callable[[Tensor, float, float, bool], Tensor]
     check_value: Callable[[str, Any], float]
     nonnegative_scores: bool = False
+    has_smallest: bool = True  # min_p has no keep-smallest form
 
 
 GROUP_SELECTORS: Registry[Strategy] = Registry("group selection strategy")
@@ -78,9 +80,9 @@ def _count(strategy: str, value: Any) -> float:
 
 
 # ------------------------------------------------------------------ strategies
-def _desc(s: Tensor) -> Tensor:
-    """Positions of s sorted by score, descending, ties by lower position first."""
-    return torch.sort(s, descending=True, stable=True).indices
+def _desc(s: Tensor, ascending: bool = False) -> Tensor:
+    """Positions of s sorted by score, descending (or ascending), ties by lower position first."""
+    return torch.sort(s, descending=not ascending, stable=True).indices
 
 
 def _shortest_prefix(order: Tensor, mass: Tensor, target: float, total: float) -> Tensor:
@@ -98,34 +100,34 @@ def _none() -> Tensor:
     return torch.zeros(0, dtype=torch.long)
 
 
-def top_p_linear(s: Tensor, p: float, temperature: float = 1.0) -> Tensor:
+def top_p_linear(s: Tensor, p: float, temperature: float = 1.0, ascending: bool = False) -> Tensor:
     total = float(s.sum())
     if p >= 1.0 or total <= 0.0:
         return _all(s)
     if p <= 0.0:
         return _none()
-    return _shortest_prefix(_desc(s), s, p * total, total)
+    return _shortest_prefix(_desc(s, ascending), s, p * total, total)
 
 
-def top_p_softmax(s: Tensor, p: float, temperature: float = 1.0) -> Tensor:
+def top_p_softmax(s: Tensor, p: float, temperature: float = 1.0, ascending: bool = False) -> Tensor:
     if p >= 1.0 or len(s) == 0:
         return _all(s)
     if p <= 0.0:
         return _none()
-    probs = torch.softmax(s / temperature, dim=0)
-    return _shortest_prefix(_desc(s), probs, p, 1.0)
+    probs = torch.softmax((-s if ascending else s) / temperature, dim=0)
+    return _shortest_prefix(_desc(s, ascending), probs, p, 1.0)
 
 
-def top_k_fraction(s: Tensor, f: float, temperature: float = 1.0) -> Tensor:
+def top_k_fraction(s: Tensor, f: float, temperature: float = 1.0, ascending: bool = False) -> Tensor:
     k = max(0, math.ceil(f * len(s) - 1e-9))
-    return _desc(s)[:k]
+    return _desc(s, ascending)[:k]
 
 
-def top_k_count(s: Tensor, c: float, temperature: float = 1.0) -> Tensor:
-    return _desc(s)[: int(c)]
+def top_k_count(s: Tensor, c: float, temperature: float = 1.0, ascending: bool = False) -> Tensor:
+    return _desc(s, ascending)[: int(c)]
 
 
-def min_p(s: Tensor, p: float, temperature: float = 1.0) -> Tensor:
+def min_p(s: Tensor, p: float, temperature: float = 1.0, ascending: bool = False) -> Tensor:
     if len(s) == 0:
         return _none()
     top = float(s.max())
@@ -136,7 +138,8 @@ GROUP_SELECTORS.add("top_p", Strategy(top_p_linear, _fraction, nonnegative_score
 GROUP_SELECTORS.add("top_p_softmax", Strategy(top_p_softmax, _fraction))
 GROUP_SELECTORS.add("top_k", Strategy(top_k_fraction, _fraction))
 GROUP_SELECTORS.add("top_k_abs", Strategy(top_k_count, _count))
-GROUP_SELECTORS.add("min_p", Strategy(min_p, _fraction, nonnegative_scores=True))
+GROUP_SELECTORS.add("min_p", Strategy(min_p, _fraction, nonnegative_scores=True, has_smallest=False))
+KEEP_MODES = ("largest", "smallest")
 
 
 def _as_scores(scores: Any) -> Tensor:
@@ -151,7 +154,8 @@ def _as_scores(scores: Any) -> Tensor:
 
 
 def select_groups(scores: Any, strategy: str, value: float, include_zero: bool = True,
-                  temperature: float = 1.0, zero_groups: Any = None) -> Tensor:
+                  temperature: float = 1.0, zero_groups: Any = None, keep: str = "largest",
+                  epsilon: float = 0.0) -> Tensor:
     """Kept group indices (ascending LongTensor) out of ``scores`` (G,).
 
     Args:
@@ -162,6 +166,11 @@ def select_groups(scores: Any, strategy: str, value: float, include_zero: bool =
         temperature: softmax temperature of ``top_p_softmax`` (> 0; checked for every strategy).
         zero_groups: optional (G,) bool, True for zero-signal groups (e.g. ``reward_std <= 1e-8``);
             default ``scores <= 1e-8``.
+        keep: ``largest`` (the order above) or ``smallest`` (the same rule over scores sorted
+            ascending; ``top_p_softmax`` uses softmax(-s / temperature); not for ``min_p``).
+        epsilon: near-ties (>= 0): an eligible group whose score is within ``epsilon`` of the
+            last kept score (the kept minimum for ``largest``, maximum for ``smallest``) is kept
+            too, so groups tied at the cut are not split by their index. 0 = off.
 
     Raises ValueError naming the bad argument and what is allowed.
     """
@@ -185,7 +194,22 @@ def select_groups(scores: Any, strategy: str, value: float, include_zero: bool =
             raise ValueError(f"zero_groups has shape {tuple(zero.shape)}; it must match scores "
                              f"{tuple(s.shape)}")
         eligible = torch.nonzero(~zero).reshape(-1)
-    kept = eligible[strat.keep(s[eligible], v, float(temperature))]
+    if keep not in KEEP_MODES:
+        raise ValueError(f"keep {keep!r} is invalid; allowed: {', '.join(KEEP_MODES)}")
+    if keep == "smallest" and not strat.has_smallest:
+        raise ValueError(f"{strategy} has no keep=smallest form; use top_p, top_p_softmax, top_k "
+                         "or top_k_abs")
+    if isinstance(epsilon, bool) or not (isinstance(epsilon, numbers.Real)
+                                         and math.isfinite(epsilon) and epsilon >= 0):
+        raise ValueError(f"epsilon {epsilon!r} is invalid; allowed: a finite number >= 0")
+    es = s[eligible]
+    pos = strat.keep(es, v, float(temperature), keep == "smallest")
+    if epsilon > 0 and len(pos):
+        if keep == "largest":
+            pos = torch.nonzero(es >= float(es[pos].min()) - epsilon).reshape(-1)
+        else:
+            pos = torch.nonzero(es <= float(es[pos].max()) + epsilon).reshape(-1)
+    kept = eligible[pos]
     return torch.sort(kept).values.to(torch.long)
 
 

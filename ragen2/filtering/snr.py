@@ -212,14 +212,18 @@ class TieredSNR:
         tau = self._tau[self._keys(keys)]
         return np.where(tau >= self.perturb_threshold, self.perturb_temperature, 1.0)  # NaN -> 1.0
 
-    def sample_prompts(self, n: int, rng: np.random.Generator) -> list[int]:
-        """``n`` distinct prompt keys (ascending), drawn by grade weight without replacement."""
-        _check(_is_int(n) and 0 <= n <= self.pool_size, "n", n, f"an integer in [0, {self.pool_size}]")
+    def sample_prompts(self, n: int, rng: np.random.Generator,
+                       candidates: Sequence[int] | None = None) -> list[int]:
+        """``n`` distinct prompt keys (ascending), drawn by grade weight without replacement from
+        ``candidates`` (default: the whole pool; e.g. the keys of one env of ``env.mix``)."""
+        cand = (np.arange(self.pool_size) if candidates is None
+                else self._keys(candidates, "candidate key"))
+        _check(_is_int(n) and 0 <= n <= len(cand), "n", n, f"an integer in [0, {len(cand)}]")
         if not isinstance(rng, np.random.Generator):
             raise ValueError(f"rng must be a numpy.random.Generator (e.g. prompt_rng(seed, step)), "
                              f"got {type(rng).__name__}")
-        w = self.priority_ratio ** (self._codes() / 2.0)  # low 1, medium sqrt(r), high r
-        return sorted(int(k) for k in rng.choice(self.pool_size, size=n, replace=False, p=w / w.sum()))
+        w = self.priority_ratio ** (self._codes()[cand] / 2.0)  # low 1, medium sqrt(r), high r
+        return sorted(int(cand[i]) for i in rng.choice(len(cand), size=n, replace=False, p=w / w.sum()))
 
     # -------------------------------------------------------------- the update
     def update(self, step: int, group_keys: Sequence[int], reward_stds: Sequence[float],

@@ -334,13 +334,16 @@ class LearnerRank:
                                       torch.tensor(batch["group_ids"]),
                                       norm_by_std=a.norm_adv_by_std).float()
         # per-sample loss weights (tiered SNR filtering) scale the advantages: the policy losses
-        # are positively homogeneous in A, so this weights each sample's loss exactly
+        # are positively homogeneous in A, so this weights each sample's policy loss exactly; with
+        # filter.tiered.weight_target=loss the entropy and KL terms are weighted too (step 3)
         weights = torch.tensor(np.asarray(batch.get("sample_weights", np.ones(n))), dtype=torch.float32)
+        whole_loss = self.cfg.filter.tiered.weight_target == "loss"
         for mi, (_, micros) in enumerate(plan):
             for ui, micro in enumerate(micros):
                 c = cache[mi, ui]
                 mask, tok_r = self._tensors(batch, micro, "loss_mask", "token_rewards")
                 w = weights[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
+                c["reg_w"] = w if whole_loss else None  # (B, 1) weights of the regularisers
                 if a.adv_estimator == "grpo":
                     c["adv"] = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask * w
                 else:
@@ -401,8 +404,8 @@ class LearnerRank:
                 mask_all = batch["loss_mask"][mb]
                 n_tok = float(mask_all.sum())
                 n_seq = float((mask_all.sum(1) > 0).sum())
-                agg = dict(agg_mode=a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq,
-                           norm_tokens=norm_tokens)
+                counts = dict(num_tokens=n_tok, num_seqs=n_seq, norm_tokens=norm_tokens)
+                agg = dict(agg_mode=a.loss_agg_mode, **counts)
                 for ui, micro in enumerate(micros):
                     c = cache[mi, ui]
                     ids, attn, mask, eng = self._tensors(batch, micro, "input_ids",
@@ -418,15 +421,18 @@ class LearnerRank:
                             lp, c["old"], c["adv"], mask, clip_low=a.clip_ratio_low,
                             clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c, **agg)
                         loss = pg
-                        ent_loss = aggregate_loss(ent, mask.float(), a.loss_agg_mode, num_tokens=n_tok,
-                                                  num_seqs=n_seq, norm_tokens=norm_tokens)
+                        reg_w = c["reg_w"]
+                        mode = a.loss_agg_mode
+                        ent_loss = aggregate_loss(ent, mask.float(), mode, **counts)
                         if a.entropy_coef > 0:
-                            loss = loss - a.entropy_coef * ent_loss
+                            weighted = ent_loss if reg_w is None else aggregate_loss(
+                                ent * reg_w, mask.float(), mode, **counts)
+                            loss = loss - a.entropy_coef * weighted
                         if self.ref is not None:
-                            kl = aggregate_loss(kl_penalty(lp, c["ref"], a.kl_estimator), mask.float(),
-                                                a.loss_agg_mode, num_tokens=n_tok, num_seqs=n_seq,
-                                                norm_tokens=norm_tokens)
-                            loss = loss + a.kl_coef * kl
+                            kl_tok = kl_penalty(lp, c["ref"], a.kl_estimator)
+                            kl = aggregate_loss(kl_tok, mask.float(), mode, **counts)
+                            loss = loss + a.kl_coef * (kl if reg_w is None else aggregate_loss(
+                                kl_tok * reg_w, mask.float(), mode, **counts))
                             mm["kl"] += kl.detach().item()
                         (loss * (loss_scale * self.world_size)).backward()
                     w = float(mask.sum())
@@ -463,12 +469,16 @@ class LearnerRank:
         separate forward + backward over the bucket's rows (token-mean over the bucket), the
         total gradient norm is read and the gradients are dropped: no optimiser step, nothing
         changes. The task term is the policy loss at ratio 1 (the first mini-batch of an update).
+        The entropy and KL norms are reported as they enter the loss, times
+        ``algorithm.entropy_coef`` / ``kl_coef`` (``{term}_norm``; 0 for a term that is off), and
+        unscaled as ``{term}_norm_raw``.
         """
         a = self.cfg.algorithm
         seq_adv = grpo_advantages(torch.tensor(batch["rewards"], dtype=torch.float64),
                                   torch.tensor(batch["group_ids"]),
                                   norm_by_std=a.norm_adv_by_std).float()
         terms = ["task", "entropy"] + (["kl"] if self.ref is not None else [])
+        coef = {"entropy": a.entropy_coef, "kl": a.kl_coef}
         out: dict[str, float] = {}
         self.optim.zero_grad(set_to_none=True)
         for b in sorted(set(int(x) for x in buckets.tolist()) - {-1}):
@@ -497,8 +507,12 @@ class LearnerRank:
                             loss = aggregate_loss(kl_penalty(lp, ref, a.kl_estimator), mask.float(),
                                                   "token-mean", num_tokens=n_tok)
                         (loss * self.world_size).backward()
-                norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.trainable, float("inf")))
-                out[f"grad_snr/b{b}/{term}_norm"] = float(norm)
+                norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self.trainable, float("inf"))))
+                if term == "task":
+                    out[f"grad_snr/b{b}/task_norm"] = norm
+                else:  # as it enters the loss (coefficient x term; 0 when the term is off)
+                    out[f"grad_snr/b{b}/{term}_norm"] = coef[term] * norm
+                    out[f"grad_snr/b{b}/{term}_norm_raw"] = norm
                 self.optim.zero_grad(set_to_none=True)
         return out
 

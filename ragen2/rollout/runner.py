@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 
+from ragen2 import seeding
 from ragen2.engines.base import Generation, GenerationEngine, SamplingParams
 from ragen2.rollout.chat import ChatRenderer, system_prompt
 from ragen2.rollout.parsing import leading_think, parse_response, think_token_span
@@ -76,8 +77,7 @@ class EngineTurnPolicy:
         out: list[Generation | None] = [None] * len(episodes)
         for scale in sorted({e.traj.temperature_scale for e in episodes}):
             idx = [i for i, e in enumerate(episodes) if e.traj.temperature_scale == scale]
-            shift = 0 if scale == 1.0 else int(scale * 1e6)  # scale 1: the plain seed stream
-            params = replace(self.params, seed=self.params.seed * 1009 + turn + shift,
+            params = replace(self.params, seed=seeding.turn_seed(self.params.seed, turn, scale),
                              temperature=self.params.temperature * scale)
             for i, g in zip(idx, self.engine.generate([episodes[i].traj.input_ids for i in idx], params)):
                 out[i] = g

@@ -35,6 +35,19 @@ def test_template_collapse():
     assert "while token entropy 1.9 >= 0.8 x 2 at start" in d.evidence
 
 
+def test_repeated_prompts_use_the_distinct_prompts_bound():
+    """8 samples of 2 distinct prompts: MI can be at most log 2 = 0.693, not log 8. The same
+    excess 0.10 is most of a 0.693 bound (>= 0.1 x 0.693 = 0.0693: healthy) but was judged
+    against 0.1 x log 8 = 0.208 (template collapse)."""
+    args = dict(mi=0.12, mi_null=0.02, log_n=LOG8, token_entropy=1.9, entropy_ref=2.0, **OK_FIT)
+    assert diagnose(**args).label == "template_collapse"
+    d = diagnose(**args, mi_bound=math.log(2))
+    assert d.label == "healthy"
+    assert "bound 0.693; excess 0.1 >= 0.1 x 0.693" in d.evidence
+    with pytest.raises(ValueError, match="mi_bound"):
+        diagnose(**args, mi_bound=0.0)
+
+
 def test_low_mi_with_low_entropy_is_not_template_collapse():
     # entropy 1.0 < 1.6: the reasoning is not diverse -> not template collapse, but reported
     d = diagnose(mi=0.12, mi_null=0.02, log_n=LOG8, token_entropy=1.0, entropy_ref=2.0, **OK_FIT)

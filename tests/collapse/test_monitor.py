@@ -59,6 +59,15 @@ def test_measure_separates_input_dependent_from_template_reasoning():
     assert dep["collapse/mi"] == pytest.approx(-1 - marginal)
     assert dep["collapse/retrieval_acc@1"] == 1.0 and dep["collapse/mi_null"] < dep["collapse/mi"]
     assert tmpl["collapse/mi"] == pytest.approx(0.0) and tmpl["collapse/retrieval_acc@1"] == 0.25
+    # retrieval at k = 1, 2, 4, 8 with its chance level each (4 distinct prompts: min(k, 4) / 4);
+    # the template's all-equal rows score exactly chance, the input-driven policy 1 at every k
+    for k, chance in ((1, .25), (2, .5), (4, 1.0), (8, 1.0)):
+        assert tmpl[f"collapse/retrieval_chance@{k}"] == dep[f"collapse/retrieval_chance@{k}"] == chance
+        assert tmpl[f"collapse/retrieval_acc@{k}"] == pytest.approx(chance)
+        assert dep[f"collapse/retrieval_acc@{k}"] == 1.0
+    # MI per sequence (summed logprobs) and per token (their mean over the reasoning's 2 tokens)
+    assert dep["collapse/mi_token_mean"] == pytest.approx(-0.5 - (math.log(
+        math.exp(-0.5) + 3 * math.exp(-3.0)) - math.log(4)))
     assert dep["collapse/token_entropy"] == pytest.approx(2.0)  # -(-1 - 3 - 1 - 3) / 4 tokens
 
 

@@ -48,13 +48,13 @@ def test_loss_scale_modes():
 
 def test_plain_modes_leave_tiered_off():
     p = pipeline("filter=top_p")
-    assert p.prompts(1, 4) is None
+    assert p.prompts(1, [4]) is None
     assert p.sample_weights(BATCH, None).tolist() == [1.0] * len(BATCH)
 
 
 def test_tiered_history_weights_prompts_and_resume():
     p = pipeline("filter=tiered", "filter.tiered.pool_size=8", "rollout.env_groups=4")
-    keys, temps = p.prompts(1, 4)
+    keys, temps = p.prompts(1, [4])
     assert len(set(keys)) == 4 and all(0 <= k < 8 for k in keys) and temps == [1.0] * 4
     group_keys = dict(enumerate(keys))
     # groups 0 and 2 reason about their input; 1 and 3 share one template sentence
@@ -72,4 +72,37 @@ def test_tiered_history_weights_prompts_and_resume():
     state = p.state_dict()
     q = pipeline("filter=tiered", "filter.tiered.pool_size=8", "rollout.env_groups=4")
     q.load_state_dict(state)
-    assert q.prompts(2, 4) == p.prompts(2, 4)
+    assert q.prompts(2, [4]) == p.prompts(2, [4])
+
+
+def test_tiered_pool_keys_stay_with_one_env_of_a_mix():
+    """env.mix with shares 3:1 and a pool of 8: keys 0-5 are env 0's prompts, 6-7 env 1's, at
+    every step (positions 0-2 of a step are env 0's groups, position 3 env 1's). Before, the
+    step's keys came back sorted and were dealt to the env slots by position, so a key's σ/τ
+    history mixed both envs."""
+    from ragen2.filtering.pipeline import pool_blocks
+
+    cfg = load_config(["filter=tiered", "filter.tiered.pool_size=8", "rollout.env_groups=4"]).filter
+    p = FilterPipeline(cfg, seed=0, shares=[3.0, 1.0])
+    assert [b.tolist() for b in pool_blocks(8, [3.0, 1.0])] == [[0, 1, 2, 3, 4, 5], [6, 7]]
+    seen_env1 = set()
+    for step in range(1, 30):
+        keys, _ = p.prompts(step, [3, 1])
+        assert len(keys) == 4 and all(k < 6 for k in keys[:3]) and keys[3] in (6, 7), keys
+        seen_env1.add(keys[3])
+    assert seen_env1 == {6, 7}
+    with pytest.raises(ValueError, match="2 training envs"):
+        p.prompts(1, [4])
+
+
+
+def test_a_tiered_pool_too_small_for_an_env_of_the_mix_is_refused():
+    """Largest-remainder splits are not monotone (the Alabama paradox): a pool of 4 split 1:3:3
+    gives env 0 no prompt at all, while 3 groups split 1:3:3 give it one."""
+    from ragen2.config import ConfigError
+
+    mix = ["env=mixed", "env.mix.sokoban.share=1", "env.mix.frozenlake.share=3",
+           "env.mix.math.share=3", "filter=tiered", "rollout.env_groups=3"]
+    with pytest.raises(ConfigError, match=r"block per env.mix entry \(\[0, 2, 2\]"):
+        load_config([*mix, "filter.tiered.pool_size=4"])
+    assert load_config([*mix, "filter.tiered.pool_size=7"]).filter.tiered.pool_size == 7

@@ -251,6 +251,7 @@ TRAJS = [
 
 @pytest.mark.parametrize("name, expected", [
     ("reward_std", [0.0, 1.5, 0.5]),
+    ("reward_variance", [0.0, 2.25, 0.25]),
     ("reward_mean", [1.0, 1.5, 0.5]),
     ("entropy", [0.5, 1.5, 1.25]),
     ("response_length", [2.0, 2.5, 2.0]),
@@ -314,3 +315,43 @@ def test_filter_metrics():
     assert filter_metrics(torch.zeros(0), torch.zeros(0), torch.zeros(0))["filter/kept_ratio"] == 0.0
     with pytest.raises(ValueError, match="reward_std has 2 groups but scores has 3"):
         filter_metrics(torch.zeros(2), std, torch.tensor([0]))
+
+
+# ------------------------------------------------------------------ keep=smallest, epsilon
+@pytest.mark.parametrize("strategy, value, expected", [
+    # ascending (stable): idx2 0.0, idx0 0.1, idx4 0.2, idx3 0.3, idx1 0.4; cumulative 0, .1, .3, .6, 1
+    ("top_p", 0.3, [0, 2, 4]),        # 0.3 of the mass is reached after the third smallest
+    ("top_p", 0.31, [0, 2, 3, 4]),
+    ("top_k", 0.4, [0, 2]),           # ceil(0.4 x 5) = 2 smallest
+    ("top_k_abs", 3, [0, 2, 4]),
+])
+def test_keep_smallest(strategy, value, expected):
+    assert kept(S, strategy, value, keep="smallest") == expected
+
+
+def test_keep_smallest_softmax_keeps_the_low_scores_mass():
+    # softmax(-s): weights e^-0.1, e^-0.4, e^0, e^-0.3, e^-0.2; the smallest score is the heaviest
+    w = np.exp(-np.array(S))
+    w /= w.sum()
+    first = w[2]  # idx2 (score 0) alone
+    assert kept(S, "top_p_softmax", first, keep="smallest") == [2]
+    assert kept(S, "top_p_softmax", first + 1e-6, keep="smallest") == [0, 2]
+
+
+def test_keep_smallest_is_refused_where_it_means_nothing():
+    with pytest.raises(ValueError, match="min_p has no keep=smallest"):
+        select_groups(S, "min_p", 0.5, keep="smallest")
+    with pytest.raises(ValueError, match="keep 'middle'"):
+        select_groups(S, "top_k", 0.5, keep="middle")
+
+
+def test_epsilon_keeps_near_ties_at_the_cut():
+    s = [0.50, 0.30, 0.295, 0.10, 0.2999]
+    # top_k_abs 2 keeps 0.50, 0.30; 0.2999 and 0.295 sit within 0.01 of the cut at 0.30
+    assert kept(s, "top_k_abs", 2) == [0, 1]
+    assert kept(s, "top_k_abs", 2, epsilon=0.001) == [0, 1, 4]
+    assert kept(s, "top_k_abs", 2, epsilon=0.01) == [0, 1, 2, 4]
+    assert kept(s, "top_k_abs", 1, keep="smallest", epsilon=0.1999) == [2, 3, 4]  # <= 0.2999
+    assert kept(s, "top_k_abs", 0, epsilon=1.0) == []  # nothing kept: nothing to extend
+    with pytest.raises(ValueError, match="epsilon"):
+        select_groups(s, "top_k_abs", 2, epsilon=-1.0)

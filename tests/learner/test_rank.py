@@ -96,8 +96,29 @@ def test_sample_weights_and_loss_scale_scale_the_update(tiny_model_path):
         assert m["actor/grad_norm"] == pytest.approx(expected, rel=1e-5, abs=1e-9)
 
 
-def test_grad_snr_measures_without_changing_the_policy(tiny_model_path):
-    r = _rank(tiny_model_path)
+@pytest.mark.parametrize("target", ["loss", "advantage"])
+def test_sample_weights_weight_the_whole_loss_or_only_the_advantages(tiny_model_path, target):
+    """Rewards without spread (no task gradient): the gradient is the entropy term's. Halving
+    every sample's weight halves it with weight_target=loss; with weight_target=advantage the
+    regulariser keeps full weight and the gradient does not move."""
+    extra = ["algorithm.entropy_coef=0.05", "algorithm.grad_clip=1e9",
+             f"filter.tiered.weight_target={target}"]
+    norms = []
+    for w in (1.0, 0.5):
+        r = _rank(tiny_model_path, *extra)
+        try:
+            m = r.update({**_batch(), "rewards": np.ones(6, np.float32),
+                          "sample_weights": np.full(6, w, np.float32)}, step=1)
+        finally:
+            r.shutdown()
+        norms.append(m["actor/grad_norm"])
+    assert norms[0] > 0
+    assert norms[1] == pytest.approx((0.5 if target == "loss" else 1.0) * norms[0], rel=1e-4)
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.01])
+def test_grad_snr_measures_without_changing_the_policy(tiny_model_path, entropy_coef):
+    r = _rank(tiny_model_path, f"algorithm.entropy_coef={entropy_coef}")
     try:
         before = r.policy_weights()
         batch = _batch()
@@ -106,9 +127,13 @@ def test_grad_snr_measures_without_changing_the_policy(tiny_model_path):
         after = r.policy_weights()
     finally:
         r.shutdown()
-    assert set(out) == {f"grad_snr/b{b}/{t}_norm" for b in (0, 1) for t in ("task", "entropy")}
+    assert set(out) == {f"grad_snr/b{b}/{t}" for b in (0, 1)
+                        for t in ("task_norm", "entropy_norm", "entropy_norm_raw")}
     assert out["grad_snr/b0/task_norm"] == 0.0  # zero advantages: no task gradient at all
-    assert out["grad_snr/b1/task_norm"] > 0 and out["grad_snr/b0/entropy_norm"] > 0
+    assert out["grad_snr/b1/task_norm"] > 0 and out["grad_snr/b0/entropy_norm_raw"] > 0
+    for b in (0, 1):  # the entropy term as it enters the loss: its coefficient times its norm
+        assert out[f"grad_snr/b{b}/entropy_norm"] == pytest.approx(
+            entropy_coef * out[f"grad_snr/b{b}/entropy_norm_raw"], rel=1e-6)
     for k in before:
         np.testing.assert_array_equal(before[k], after[k])
 

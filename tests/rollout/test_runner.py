@@ -71,16 +71,22 @@ def run(tokenizer, responses=RESPONSES, max_turns=3, eos_last=False, n=1):
     return engine, trajs
 
 
-def test_loss_mask_decodes_exactly_the_model_outputs(tiny_tokenizer):
-    engine, (traj,) = run(tiny_tokenizer)
+@pytest.fixture(params=["tiny", "smollm2"])
+def tok(request):
+    """The tiny model's tokenizer and SmolLM2's real 49k-piece BPE."""
+    return request.getfixturevalue(f"{request.param}_tokenizer")
+
+
+def test_loss_mask_decodes_exactly_the_model_outputs(tok):
+    engine, (traj,) = run(tok)
     assert traj.num_turns == 3
     spans = _spans(traj.loss_mask)
     assert len(spans) == 3
     for (a, b), text in zip(spans, RESPONSES):
         ids = traj.input_ids[a:b]
-        expected = [i for ch in text for i in tiny_tokenizer.encode(ch, add_special_tokens=False)]
+        expected = [i for ch in text for i in tok.encode(ch, add_special_tokens=False)]
         assert ids == expected  # the engine's own ids, not a re-tokenisation
-        assert tiny_tokenizer.decode(ids, skip_special_tokens=False).encode() == text.encode()
+        assert tok.decode(ids, skip_special_tokens=False).encode() == text.encode()
         assert traj.logprobs[a:b] == pytest.approx([-0.5 - 0.01 * k for k in range(b - a)])
     # everything else is prompt/observation with zero logprob
     assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask) if not m)
@@ -90,13 +96,15 @@ def test_loss_mask_decodes_exactly_the_model_outputs(tiny_tokenizer):
         assert engine.prompts[turn][0] == traj.input_ids[:a]
 
 
-def test_rewards_penalties_and_observations(tiny_tokenizer):
-    _, (traj,) = run(tiny_tokenizer)
+def test_rewards_penalties_and_observations(tok):
+    """Every action is several BPE pieces here (the engine is scripted character by character):
+    they parse, and Left reaches the env as a move while Jump is refused by it."""
+    _, (traj,) = run(tok)
     assert traj.num_invalid_actions == 1 and traj.num_format_errors == 1
     assert traj.turn_rewards[:2] == pytest.approx([PENALTY, PENALTY])
     assert traj.truncated and traj.policy_version == 7
     assert traj.first_think == "I am at row 1."
-    text = tiny_tokenizer.decode(traj.input_ids, skip_special_tokens=False)
+    text = tok.decode(traj.input_ids, skip_special_tokens=False)
     assert "Invalid action 'Jump'" in text
     assert FORMAT_ERROR_NOTE in text
     assert traj.reward == pytest.approx(sum(traj.turn_rewards))
@@ -258,3 +266,36 @@ def test_the_first_turns_reasoning_span_is_the_sampled_ids(tiny_tokenizer):
     assert traj.input_ids[a:b] == [i for ch in reasoning
                                    for i in tiny_tokenizer.encode(ch, add_special_tokens=False)]
     assert traj.loss_mask[a:b] == [1] * (b - a)
+
+
+def test_no_two_sampling_requests_of_a_step_share_a_seed(tiny_tokenizer):
+    """8 episodes x 3 turns on each of 2 workers: every request's seed differs. With the old
+    ``turn seed = base * 1009 + turn`` and ``request i = seed + i``, episode i at turn t + 1
+    reused episode i + 1's stream from turn t (7 of 8 requests of every later turn)."""
+    from ragen2.seeding import request_seed, sampling_seed
+
+    class SeedRecorder(ScriptedEngine):
+        def generate(self, prompts, params):
+            self.seeds.extend(request_seed(params.seed, i) for i in range(len(prompts)))
+            return super().generate(prompts, params)
+
+    def step_seeds(step):
+        seeds = []
+        for worker in range(2):
+            engine = SeedRecorder(tiny_tokenizer, RESPONSES)
+            engine.seeds = []
+            policy = EngineTurnPolicy(engine, SamplingParams(seed=sampling_seed(0, step, worker)))
+            factory = env_factory("ragen2/FrozenLake-v0", {"size": 4, "hole_prob": 0.0})
+            specs = [EpisodeSpec(env_seed=5 + i, group_id=i // 4) for i in range(8)]
+            run_episodes(specs, lambda name: factory(), ChatRenderer(tiny_tokenizer), policy,
+                         max_turns=3, format_penalty=PENALTY, max_context_tokens=4096,
+                         max_new_tokens=64)
+            seeds += engine.seeds
+        return seeds
+
+    seeds = step_seeds(1)
+    assert len(seeds) == 2 * 8 * 3 and len(set(seeds)) == len(seeds)
+    assert step_seeds(1) == seeds  # a resumed step samples with the same seeds
+    assert not set(step_seeds(2)) & set(seeds)
+    old = [(7 * 1009 + turn) + i for turn in range(3) for i in range(8)]
+    assert len(set(old)) < len(old)  # what it replaces
