@@ -215,10 +215,14 @@ class RolloutConfig:
     env_threads: int = 8  # env.step calls run concurrently on this many threads per worker
     max_env_error_frac: float = 0.25  # episodes whose env raised, tolerated per step (a share)
     max_worker_restarts: int = 3  # dead rollout workers restarted per call (rollout or sync)
+    actions_per_turn: int = 1  # > 1: an answer may hold that many actions (RAGEN's "Right || Up")
+    action_sep: str = "||"
 
     def validate(self, p: str) -> None:
         _positive(self, p, "env_groups", "group_size", "max_turns", "num_workers",
-                  "max_context_tokens", "env_threads")
+                  "max_context_tokens", "env_threads", "actions_per_turn")
+        _check(bool(self.action_sep.strip()), f"{p}.action_sep", self.action_sep,
+               "a non-blank separator, e.g. '||'")
         _check(self.max_worker_restarts >= 0, f"{p}.max_worker_restarts", self.max_worker_restarts,
                "must be >= 0 (0 = a dead rollout worker stops the run)")
         _check(self.format_penalty <= 0, f"{p}.format_penalty", self.format_penalty, "must be <= 0")
@@ -376,11 +380,16 @@ class MonitorConfig:
     max_negatives: int = 0  # prompts scored per sample besides its own; 0 = all of them
     permutations: int = 20  # permutation-null draws
     ema: float = 0.9  # EMA decay of collapse/mi_z
+    # later turns (collapse/turns/*): one turn per trajectory, scored under its own conversation
+    # and this many others (0 = all of them; null = off)
+    turn_negatives: Optional[int] = 7
     grad_snr_every: int = 0  # gradient-SNR diagnostic cadence in steps (0 = off)
     grad_snr_buckets: int = 3  # reward-spread quantile buckets
 
     def validate(self, p: str) -> None:
         _choice(self, p, "name", ("mi", "none"))
+        _check(self.turn_negatives is None or self.turn_negatives >= 0, f"{p}.turn_negatives",
+               self.turn_negatives, "null (later turns off), 0 (all) or > 0")
         for n in ("every", "max_negatives", "grad_snr_every"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = off / all)")

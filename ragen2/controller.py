@@ -141,7 +141,8 @@ class Controller:
             from ragen2.collapse.monitor import MIMonitor
 
             m = cfg.monitor
-            self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed)
+            self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed,
+                                     m.turn_negatives)
         from ragen2.models.loading import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code)

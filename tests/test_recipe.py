@@ -21,7 +21,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # RAGEN's released settings for Qwen2.5-Instruct (configs/recipe/pretrained.yaml), by hand
 PRETRAINED = dict(lr=1e-6, critic_lr=1e-5, lr_warmup_steps=0, clip=(0.2, 0.28), entropy_coef=1e-3,
                   kl_coef=0.0, warm_start=False, max_new_tokens=400, temperature=(1.0, 0.5),
-                  context=(4096, 4096))
+                  context=(4096, 4096), micro_batch_tokens=4096)
 
 
 def _recipe_values(c) -> dict:
@@ -30,7 +30,8 @@ def _recipe_values(c) -> dict:
                 clip=(a.clip_ratio_low, a.clip_ratio_high), entropy_coef=a.entropy_coef,
                 kl_coef=a.kl_coef, warm_start=c.trainer.warm_start.enabled,
                 max_new_tokens=e.max_new_tokens, temperature=(e.temperature, e.eval_temperature),
-                context=(c.rollout.max_context_tokens, e.max_model_len))
+                context=(c.rollout.max_context_tokens, e.max_model_len),
+                micro_batch_tokens=c.learner.micro_batch_tokens)
 
 
 @pytest.mark.parametrize("overrides", [

@@ -59,36 +59,78 @@ def build_inputs(trajs: Sequence[Trajectory]) -> MonitorInputs | None:
     return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
 
 
+def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator) -> MonitorInputs | None:
+    """(context, reasoning) pairs from every turn, not only the first: per trajectory one turn
+    drawn uniformly among those with reasoning (RAGEN-2's trajectory-uniform mode). A sample's
+    context is its own conversation up to that turn's ``<think>`` (sampled ids, as in
+    :func:`build_inputs`); identical conversations are one prompt. None below 2 prompts."""
+    index: dict[tuple[int, ...], int] = {}
+    contexts, keys, conts, owner = [], [], [], []
+    for t in trajs:
+        turns = [k for k, span in enumerate(t.think_spans) if span is not None]
+        if not turns or t.env_error is not None or t.first_prompt_len == 0:
+            continue
+        a, b = t.think_spans[turns[int(rng.integers(len(turns)))]]
+        ctx = tuple(t.input_ids[:a])
+        if ctx not in index:
+            index[ctx] = len(contexts)
+            contexts.append(list(ctx))
+            keys.append(str(hash(ctx)))
+        conts.append(list(t.input_ids[a:b]))
+        owner.append(index[ctx])
+    if len(contexts) < 2:
+        return None
+    return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
+
+
 class MIMonitor:
     """Runs the cross-scoring at a cadence and keeps the EMA of ``mi_z`` (resumable state)."""
 
     def __init__(self, every: int, max_negatives: int = 0, permutations: int = 20,
-                 ema: float = 0.9, seed: int = 0) -> None:
+                 ema: float = 0.9, seed: int = 0, turn_negatives: int | None = 7) -> None:
+        """``turn_negatives``: other conversations each later-turn sample is scored under
+        (``collapse/turns/*``; 0 = all of them, None = later turns off)."""
         self.every, self.max_negatives, self.permutations = every, max_negatives, permutations
-        self.seed = seed
+        self.seed, self.turn_negatives = seed, turn_negatives
         self.mi_z_ema = EMA(ema)
 
     def due(self, step: int) -> bool:
         return self.every > 0 and (step == 1 or step % self.every == 0)
 
     def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> dict[str, float]:
-        """``collapse/*`` metrics of one batch (empty when it has too few prompts with reasoning)."""
+        """``collapse/*`` metrics of one batch (empty when it has too few prompts with reasoning):
+        the first turn's under ``collapse/``, a turn drawn per trajectory under ``collapse/turns/``."""
         inputs = build_inputs(trajs)
         if inputs is None:
             return {}
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        m = self._score(inputs, scorer, self.max_negatives, gen)
+        out = {f"collapse/{k}": v for k, v in m.items()}
+        out["collapse/mi_z_ema"] = self.mi_z_ema.update(m["mi_z"])
+        out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
+        out["collapse/token_entropy"] = token_entropy(trajs)
+        if self.turn_negatives is not None:
+            turns = build_turn_inputs(trajs, np.random.default_rng([self.seed, step, 7]))
+            if turns is not None:
+                m = self._score(turns, scorer, self.turn_negatives, gen)
+                out.update({f"collapse/turns/{k}": v for k, v in m.items()})
+        return out
+
+    def _score(self, inputs: MonitorInputs, scorer: Scorer, max_negatives: int,
+               gen: torch.Generator) -> dict[str, float]:
+        """MI (summed and per-token-mean logprobs), retrieval@k and, on the full matrix, the
+        permutation null of one set of (context, reasoning) pairs."""
         n = len(inputs.contexts)
         owner = torch.from_numpy(inputs.owner)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        if self.max_negatives and self.max_negatives < n - 1:
-            columns = choose_negatives(owner, n, self.max_negatives, gen).numpy()
+        if max_negatives and max_negatives < n - 1:
+            columns = choose_negatives(owner, n, max_negatives, gen).numpy()
         else:
             columns = np.tile(np.arange(n), (len(owner), 1))
         logp, tokens = scorer(inputs.contexts, inputs.continuations, columns)
         logp_t = torch.from_numpy(np.asarray(logp, dtype=np.float64))
         mean_t = logp_t / torch.from_numpy(np.maximum(tokens, 1)).double()
         cols = torch.from_numpy(columns)
-        full = columns.shape[1] == n
-        if full:  # columns are 0..N-1 in order on every row
+        if columns.shape[1] == n:  # columns are 0..N-1 in order on every row
             summed = mutual_information(logp_t, owner, prompt_keys=inputs.prompt_keys,
                                         ks=RETRIEVAL_KS)
             mean = mutual_information(mean_t, owner, prompt_keys=inputs.prompt_keys)
@@ -98,14 +140,11 @@ class MIMonitor:
                                                    ks=RETRIEVAL_KS)
             mean = mutual_information_subsampled(mean_t, cols, prompt_keys=inputs.prompt_keys)
             null = None
-        out = {f"collapse/{k}": float(v) for k, v in summed.items()}
-        out["collapse/mi_token_mean"] = float(mean["mi"])
-        out["collapse/mi_z_ema"] = self.mi_z_ema.update(summed["mi_z"])
+        out = {k: float(v) for k, v in summed.items()}
+        out["mi_token_mean"] = float(mean["mi"])
         if null is not None:
-            out["collapse/mi_null"] = float(null["mi_null"])
-            out["collapse/mi_p_value"] = float(null["p_value"])
-        out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
-        out["collapse/token_entropy"] = token_entropy(trajs)
+            out["mi_null"] = float(null["mi_null"])
+            out["mi_p_value"] = float(null["p_value"])
         return out
 
     def state_dict(self) -> dict[str, Any]:

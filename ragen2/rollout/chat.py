@@ -41,10 +41,15 @@ class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be rendered turn by turn on token ids."""
 
 
-def system_prompt(instructions: str) -> str:
-    """The system message: the environment's instructions followed by the answer format."""
+def system_prompt(instructions: str, actions_per_turn: int = 1, action_sep: str = "||") -> str:
+    """The system message: the environment's instructions followed by the answer format (and,
+    with ``actions_per_turn > 1``, how to give several actions in one answer)."""
     instructions = instructions.strip()
-    return f"{instructions}\n{FORMAT_INSTRUCTION}" if instructions else FORMAT_INSTRUCTION
+    fmt = FORMAT_INSTRUCTION
+    if actions_per_turn > 1:
+        fmt += (f" You may give up to {actions_per_turn} actions in one answer, separated by "
+                f"'{action_sep}'; they are taken in order.")
+    return f"{instructions}\n{fmt}" if instructions else fmt
 
 
 class ChatRenderer:

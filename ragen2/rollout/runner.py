@@ -129,6 +129,8 @@ def run_episodes(
     envs: dict[str, list[gym.Env]] | None = None,
     executor: Executor | None = None,
     stats: dict[str, float] | None = None,
+    actions_per_turn: int = 1,
+    action_sep: str = "||",
 ) -> list[Trajectory]:
     """Run one episode per spec to the end and return their trajectories (in spec order).
 
@@ -137,7 +139,8 @@ def run_episodes(
     concurrently (each episode owns its env), so one slow ``step`` does not serialise the batch.
     An env that raises (or breaks the text contract) ends that episode with ``env_error`` set; the
     instance is dropped from the pool. ``stats`` receives ``env_s`` and ``generate_s``: wall
-    seconds spent in env calls and in the policy.
+    seconds spent in env calls and in the policy. ``actions_per_turn > 1``: an answer may hold up
+    to that many actions separated by ``action_sep`` (RAGEN's ``Right || Up``), stepped in order.
     """
     pools = envs if envs is not None else {}
     timing = {"env_s": 0.0, "generate_s": 0.0}
@@ -169,8 +172,9 @@ def run_episodes(
     timing["env_s"] += time.perf_counter() - t0
     for ep in episodes:  # tokenising stays on this thread (HF tokenizers are not thread-safe)
         if ep.traj.env_error is None:
-            prompt = renderer.initial_prompt(system_prompt(ep.extra.pop("instructions")),
-                                             ep.observation)
+            prompt = renderer.initial_prompt(
+                system_prompt(ep.extra.pop("instructions"), actions_per_turn, action_sep),
+                ep.observation)
             if len(prompt) + max_new_tokens > max_context_tokens:
                 raise ValueError(
                     f"env {ep.traj.env_name!r} (seed {ep.traj.env_seed}): the first prompt is "
@@ -192,7 +196,7 @@ def run_episodes(
         answers = [_record_turn(ep, gen, renderer, eos_text, penalty(ep))
                    for ep, gen in zip(active, gens)]
         t0 = time.perf_counter()
-        _each(executor, lambda pair: _env_step(*pair, penalty(pair[0])),
+        _each(executor, lambda pair: _env_step(*pair, penalty(pair[0]), actions_per_turn, action_sep),
               [(ep, a) for ep, a in zip(active, answers) if a is not None])
         timing["env_s"] += time.perf_counter() - t0
         for ep, gen in zip(active, gens):
@@ -247,14 +251,17 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     text = renderer.response_prefix + text
     traj.responses.append(text)
     parsed = parse_response(text, eos_text)
+    think = parsed.think if parsed.format_ok else leading_think(text)
+    span = None
+    if think is not None:  # the reasoning's sampled ids, for the MI monitor
+        ids, tok = gen.token_ids, renderer.tokenizer
+        local = think_token_span(lambda k: tok.decode(ids[:k], skip_special_tokens=False),
+                                 len(ids), renderer.response_prefix)
+        start = len(traj.input_ids) - len(ids)
+        span = None if local is None else (start + local[0], start + local[1])
+    traj.think_spans.append(span)
     if traj.num_turns == 1:
-        traj.first_think = parsed.think if parsed.format_ok else leading_think(text)
-        if traj.first_think is not None:  # the reasoning's sampled ids, for the MI monitor
-            ids, tok = gen.token_ids, renderer.tokenizer
-            span = think_token_span(lambda k: tok.decode(ids[:k], skip_special_tokens=False),
-                                    len(ids), renderer.response_prefix)
-            start = len(traj.input_ids) - len(ids)
-            traj.think_span = None if span is None else (start + span[0], start + span[1])
+        traj.first_think, traj.think_span = think, span
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
         return parsed.answer
@@ -265,17 +272,35 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     return None
 
 
-def _env_step(ep: EpisodeState, answer: str, format_penalty: float) -> None:
-    """Apply a parsed answer to the env (may run on a worker thread: no tokenising here)."""
+def split_actions(answer: str, actions_per_turn: int, sep: str) -> list[str]:
+    """The actions of one answer: the answer itself, or with ``actions_per_turn > 1`` its
+    ``sep``-separated parts (stripped, empty ones dropped), at most ``actions_per_turn`` of them."""
+    if actions_per_turn == 1:
+        return [answer]
+    parts = [a.strip() for a in answer.split(sep)]
+    return [a for a in parts if a][:actions_per_turn] or [answer]
+
+
+def _env_step(ep: EpisodeState, answer: str, format_penalty: float, actions_per_turn: int = 1,
+              action_sep: str = "||") -> None:
+    """Apply a parsed answer to the env (may run on a worker thread: no tokenising here).
+
+    Each action of the answer is stepped in order until the episode ends; the turn's reward is
+    their sum, plus the penalty once if any action was invalid."""
     traj = ep.traj
-    obs, reward, terminated, truncated, info = ep.env.step(answer)
-    obs, reward = _as_text(obs), float(reward)
-    traj.env_return += reward
-    if not info.get("action_is_valid", True):
-        traj.num_invalid_actions += 1
-        reward += format_penalty
-    traj.turn_rewards[-1] = reward
-    traj.success = bool(info.get("success", traj.success))
+    total, invalid = 0.0, False
+    for action in split_actions(answer, actions_per_turn, action_sep):
+        obs, reward, terminated, truncated, info = ep.env.step(action)
+        obs, reward = _as_text(obs), float(reward)
+        traj.env_return += reward
+        total += reward
+        if not info.get("action_is_valid", True):
+            traj.num_invalid_actions += 1
+            invalid = True
+        traj.success = bool(info.get("success", traj.success))
+        if terminated or truncated:
+            break
+    traj.turn_rewards[-1] = total + (format_penalty if invalid else 0.0)
     ep.observation = obs
     traj.observations.append(ep.observation)
     if terminated or truncated:

@@ -40,6 +40,8 @@ class Trajectory:
     #: ``[a, b)`` in ``input_ids``: the first turn's reasoning as the engine sampled it (after the
     #: tokens that complete ``<think>``, before the one where ``</think>`` starts); None without one
     think_span: tuple[int, int] | None = None
+    #: the same span for every turn (``think_spans[0] == think_span``): the MI monitor's later turns
+    think_spans: list[tuple[int, int] | None] = field(default_factory=list)
     responses: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     env_error: str | None = None  # what the env raised; the episode is then excluded from training

@@ -70,7 +70,8 @@ class RolloutWorker:
                              format_penalty=self.penalties,
                              max_context_tokens=r.max_context_tokens,
                              max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs,
-                             executor=self.executor, stats=stats)
+                             executor=self.executor, stats=stats,
+                             actions_per_turn=r.actions_per_turn, action_sep=r.action_sep)
         return trajs, stats
 
     def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,

@@ -76,3 +76,54 @@ def test_cadence_and_token_entropy():
     assert [s for s in range(1, 12) if mon.due(s)] == [1, 5, 10]
     assert not MIMonitor(every=0).due(1)
     assert math.isnan(token_entropy([]))
+
+
+def two_turn(group, think1, think2):
+    """Prompt [g, g+1]; turn 1 ``<`` think1 ``>``; observation [200 + g]; turn 2 ``<`` think2 ``>``."""
+    t = Trajectory(env_seed=group, group_id=group, policy_version=0)
+    t.append([group, group + 1], 0)
+    t.first_prompt_len = 2
+    t.observations.append(f"obs{group}")
+    spans = []
+    for think in (think1, think2):
+        start = len(t.input_ids) + 1
+        t.append([60, *think, 62], 1, [-1.0] * (len(think) + 2))
+        spans.append((start, start + len(think)))
+        if len(spans) == 1:
+            t.append([200 + group], 0)
+    t.think_span, t.think_spans, t.first_think = spans[0], spans, "x"
+    return t
+
+
+def _policy_scorer(input_driven_turn2):
+    """log p(z | context): a turn-1 context (ends right after the prompt's ``<``) makes [50];
+    a turn-2 context makes [100 + g] (input-driven) or [90] (a template), g = context[0]."""
+    def score(contexts, conts, columns):
+        logp = np.empty(columns.shape)
+        for s, row in enumerate(columns):
+            for k, j in enumerate(row):
+                ctx = contexts[j]
+                turn2 = len(ctx) > 3
+                likely = ([100 + ctx[0]] if input_driven_turn2 else [90]) if turn2 else [50]
+                logp[s, k] = -1.0 if conts[s] == likely else -6.0
+        return logp, np.ones(columns.shape)
+    return score
+
+
+def test_a_later_turn_mi_separates_policies_the_first_turn_cannot():
+    """Both policies open every episode with the same template reasoning (first-turn MI 0, as
+    for any template); at turn 2 one reasons about its input, the other repeats a template."""
+    driven = [two_turn(g, [50], [100 + g]) for g in range(4) for _ in range(4)]
+    template = [two_turn(g, [50], [90]) for g in range(4) for _ in range(4)]
+    a = MIMonitor(every=1, permutations=5, turn_negatives=0).measure(driven, _policy_scorer(True), 1)
+    b = MIMonitor(every=1, permutations=5, turn_negatives=0).measure(template, _policy_scorer(False), 1)
+    assert a["collapse/mi"] == pytest.approx(0.0) and b["collapse/mi"] == pytest.approx(0.0)
+    assert a["collapse/turns/mi"] > b["collapse/turns/mi"] + 0.3
+    assert a["collapse/turns/retrieval_acc@1"] > b["collapse/turns/retrieval_acc@1"]
+    assert "collapse/turns/mi_null" in a  # the full matrix (turn_negatives=0): with its null
+
+
+def test_later_turns_can_be_switched_off():
+    trajs = [two_turn(g, [50], [100 + g]) for g in range(3) for _ in range(2)]
+    out = MIMonitor(every=1, permutations=5, turn_negatives=None).measure(trajs, _policy_scorer(True), 1)
+    assert "collapse/mi" in out and not any(k.startswith("collapse/turns/") for k in out)

@@ -104,6 +104,10 @@ def test_rewards_penalties_and_observations(tok):
     assert traj.turn_rewards[:2] == pytest.approx([PENALTY, PENALTY])
     assert traj.truncated and traj.policy_version == 7
     assert traj.first_think == "I am at row 1."
+    # every turn's reasoning span, as sampled (the MI monitor's later turns)
+    assert len(traj.think_spans) == 3 and traj.think_spans[0] == traj.think_span
+    a, b = traj.think_spans[2]
+    assert tok.decode(traj.input_ids[a:b], skip_special_tokens=False) == "try left"
     text = tok.decode(traj.input_ids, skip_special_tokens=False)
     assert "Invalid action 'Jump'" in text
     assert FORMAT_ERROR_NOTE in text
@@ -299,3 +303,34 @@ def test_no_two_sampling_requests_of_a_step_share_a_seed(tiny_tokenizer):
     assert not set(step_seeds(2)) & set(seeds)
     old = [(7 * 1009 + turn) + i for turn in range(3) for i in range(8)]
     assert len(set(old)) < len(old)  # what it replaces
+
+
+def test_several_actions_per_turn_are_stepped_in_order(tiny_tokenizer):
+    """RAGEN's multi-action answers: "Right || Down" moves twice (row 1, col 1 -> row 2, col 2);
+    with one action per turn the same answer is one invalid action."""
+    def play(actions_per_turn):
+        engine = ScriptedEngine(tiny_tokenizer, ["<think>go</think><answer>Right || Down</answer>"])
+        factory = env_factory("ragen2/FrozenLake-v0", {"size": 4, "hole_prob": 0.0})
+        (traj,) = run_episodes([EpisodeSpec(env_seed=5, group_id=0)], lambda name: factory(),
+                               ChatRenderer(tiny_tokenizer), EngineTurnPolicy(engine, SamplingParams()),
+                               max_turns=1, format_penalty=PENALTY, max_context_tokens=4096,
+                               max_new_tokens=64, actions_per_turn=actions_per_turn)
+        return traj
+
+    two = play(2)
+    assert "row 2, column 2" in two.observations[1] and two.num_invalid_actions == 0
+    assert two.turn_rewards == [pytest.approx(two.env_return)]  # both steps' rewards, no penalty
+    assert "up to 2 actions in one answer, separated by '||'" in tiny_tokenizer.decode(
+        two.input_ids[:two.first_prompt_len])
+    one = play(1)
+    assert one.num_invalid_actions == 1 and "row 1, column 1" in one.observations[1]
+    assert one.turn_rewards[0] == pytest.approx(one.env_return + PENALTY)
+
+
+def test_split_actions():
+    from ragen2.rollout.runner import split_actions
+
+    assert split_actions("Up || Left", 1, "||") == ["Up || Left"]
+    assert split_actions(" Up ||Left|| Down ", 2, "||") == ["Up", "Left"]
+    assert split_actions("Up ||  || Left", 5, "||") == ["Up", "Left"]
+    assert split_actions(" || ", 3, "||") == [" || "]  # nothing but separators: the env judges it
