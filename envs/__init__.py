@@ -6,11 +6,12 @@ Importing this package registers the gymnasium ids below; importing it twice is 
 import gymnasium
 
 from .code_env import CodeTextEnv
+from .countdown import CountdownTextEnv
 from .frozenlake import FrozenLakeTextEnv
 from .math_env import MathTextEnv
 from .sokoban import SokobanTextEnv
 
-__all__ = ["CodeTextEnv", "FrozenLakeTextEnv", "MathTextEnv", "SokobanTextEnv", "ENV_IDS"]
+__all__ = ["CodeTextEnv", "CountdownTextEnv", "FrozenLakeTextEnv", "MathTextEnv", "SokobanTextEnv", "ENV_IDS"]
 
 #: gymnasium id -> entry point, for every environment this package registers.
 ENV_IDS = {
@@ -18,6 +19,7 @@ ENV_IDS = {
     "ragen2/Sokoban-v0": "ragen2_envs.sokoban:SokobanTextEnv",
     "ragen2/Math-v0": "ragen2_envs.math_env:MathTextEnv",
     "ragen2/Code-v0": "ragen2_envs.code_env:CodeTextEnv",
+    "ragen2/Countdown-v0": "ragen2_envs.countdown:CountdownTextEnv",
 }
 
 #: default kwargs registered with an id (as gymnasium does for its own FrozenLake map names), so

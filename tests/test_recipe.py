@@ -47,6 +47,17 @@ def test_a_pretrained_model_gets_the_pretrained_recipe(overrides):
     assert _recipe_values(c) == PRETRAINED
 
 
+@pytest.mark.parametrize("algorithm, entropy, clip_high", [
+    ("grpo", 1e-3, 0.28), ("ppo", 1e-3, 0.28),
+    ("dapo", 0.0, 0.28),    # DAPO is defined without an entropy bonus
+    ("drgrpo", 0.0, 0.2),   # Dr.GRPO: no entropy bonus, the symmetric PPO clip
+])
+def test_the_recipe_keeps_what_defines_an_algorithm(algorithm, entropy, clip_high):
+    for overrides in (["model=smollm2"], ["+experiment=ragen2_frozenlake"]):
+        a = load_config([*overrides, f"algorithm={algorithm}"]).algorithm
+        assert (a.lr, a.entropy_coef, a.clip_ratio_high, a.kl_coef) == (1e-6, entropy, clip_high, 0.0)
+
+
 def test_the_tiny_model_keeps_its_recipe():
     c = load_config([])
     assert c.recipe == "tiny"
