@@ -3,8 +3,9 @@ its pretrained recipe) on FrozenLake and on Sokoban, held-out success zero-shot 
 
 Each arm is one ``ragen2-train`` run, one after another (the learner ranks and the vLLM worker
 share this machine's cores, so nothing else may run beside them). Budgets are cut to fit a CPU
-(``COMMON``): 4 groups x 4 rollouts per step, 3 turns of at most 96 new tokens, 32 held-out
-episodes before and after RL. Per arm it records held-out success and format-error rate before and
+(``COMMON``): 4 groups x 4 rollouts per step, 8 turns of at most 64 new tokens (FrozenLake's
+goal is 6 moves away), 16 held-out episodes before and after RL; one RL step for the zero-shot
+arms, three after the format warm start. Per arm it records held-out success and format-error rate before and
 after, every step's training success, format errors, token entropy, first-turn MI with its
 permutation null and retrieval accuracy (when the replies hold ``<think>`` reasoning to score),
 and the step time split into generate / update / sync (+ probe) / monitor, with the machine
@@ -38,17 +39,17 @@ from common import machine  # noqa: E402  (benchmarks/common.py)
 RESULTS = HERE / "results" / "real_models.json"
 
 #: the CPU budget every arm shares (the recipe itself: configs/recipe/pretrained.yaml)
-COMMON = ["model=smollm2", "rollout.env_groups=4", "rollout.group_size=4", "rollout.max_turns=3",
-          "engine.max_new_tokens=96", "trainer.eval_episodes=32", "trainer.total_steps=2",
-          "trainer.eval_every=2", "trainer.save_every=0", "trainer.keep_checkpoints=1",
-          "monitor.every=1"]
+COMMON = ["model=smollm2", "rollout.env_groups=4", "rollout.group_size=4", "rollout.max_turns=8",
+          "engine.max_new_tokens=64", "trainer.eval_episodes=16", "trainer.save_every=0",
+          "trainer.keep_checkpoints=1", "monitor.every=1"]
 
 ARMS: dict[str, list[str]] = {
-    "frozenlake": ["env=frozenlake"],
-    "sokoban": ["env=sokoban"],
+    "frozenlake": ["env=frozenlake", "trainer.total_steps=1"],
+    "sokoban": ["env=sokoban", "trainer.total_steps=1"],
     "frozenlake_format_warm_start": [
-        "env=frozenlake", "trainer.warm_start.enabled=true", "trainer.warm_start.episodes=64",
-        "trainer.warm_start.epochs=2", "trainer.warm_start.lr=3e-5", "trainer.warm_start.cache=false"],
+        "env=frozenlake", "trainer.total_steps=3", "trainer.warm_start.enabled=true",
+        "trainer.warm_start.episodes=64", "trainer.warm_start.epochs=2",
+        "trainer.warm_start.lr=3e-5", "trainer.warm_start.cache=false"],
 }
 
 TIMING = ("generate_s", "update_s", "sync_s", "probe_s", "monitor_s", "step_s")

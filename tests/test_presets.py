@@ -19,7 +19,7 @@ from ragen2.train import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 ENVS = {"sokoban": "ragen2/Sokoban-v0", "frozenlake": "ragen2/FrozenLake-v0",
-        "math": "ragen2/Math-v0", "code": "ragen2/Code-v0"}
+        "math": "ragen2/Math-v0", "code": "ragen2/Code-v0", "countdown": "ragen2/Countdown-v0"}
 ALGORITHMS = ("ppo", "grpo", "dapo", "drgrpo")
 FILTERS = ("none", "top_p", "tiered")
 # `+experiment=x` appends the group; were config.yaml to list `optional experiment: null` in its
@@ -44,7 +44,8 @@ def compose_with_hydra(overrides: list[str]):
 
 def assert_paper_setup(c: Config) -> None:
     """The RAGEN-2 numbers every paper experiment shares, whatever the algorithm and filter."""
-    assert (c.rollout.env_groups, c.rollout.group_size, c.rollout.max_turns) == (8, 16, 5)
+    assert (c.rollout.env_groups, c.rollout.group_size) == (8, 16)
+    assert c.rollout.max_turns == (1 if c.env.id == "ragen2/Countdown-v0" else 5)
     assert c.trainer.total_steps == 400
     a = c.algorithm
     assert (a.lr, a.critic_lr) == (1e-6, 1e-5)
@@ -57,7 +58,8 @@ def assert_paper_setup(c: Config) -> None:
     assert c.cluster.device == "cuda" and c.cluster.backend == "nccl"
     assert c.sync.tolerance(c.model.dtype) == pytest.approx(3e-2)  # bf16, by model.dtype
     assert not c.trainer.warm_start.enabled
-    assert c.trainer.eval_episodes == 256
+    assert c.trainer.eval_episodes == 512
+    assert c.rollout.format_penalty == -0.1
     # a whole episode fits the context, and the context fits the engine
     assert e.max_model_len >= c.rollout.max_context_tokens >= 4096
     # colocated: one engine per learner GPU (ragen2.config.ClusterConfig)
@@ -115,7 +117,7 @@ def test_env_specific_settings():
     """Each env file sets what its env needs on top of the shared setup."""
     sokoban = load_config([f"{EXP}=ragen2_sokoban"])
     assert sokoban.env.kwargs == {"size": 6, "num_boxes": 1, "max_steps": 100}
-    assert sokoban.rollout.format_penalty == -1.0  # env/sokoban.yaml's, kept
+    assert sokoban.rollout.format_penalty == -0.1  # RAGEN's, not env/sokoban.yaml's -1.0
     lake = load_config([f"{EXP}=ragen2_frozenlake"])
     assert lake.env.kwargs["is_slippery"] is True
     assert lake.env.kwargs["slip_prob"] == pytest.approx(2 / 3)
@@ -284,3 +286,13 @@ def test_the_ragen2_paper_filter_preset():
     f = load_config(["filter=ragen2_paper"]).filter
     assert (f.strategy, f.value, f.metric, f.keep) == ("top_p_softmax", 0.9, "reward_variance", "largest")
     assert (f.include_zero, f.temperature, f.loss_scale) == (False, 1.0, "none")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_paper_presets_default_to_ragen2s_algorithm_and_filter(env):
+    """Without algorithm= / filter=: PPO with GAE and RAGEN-2's release filter."""
+    c = load_config([f"{EXP}=ragen2_{env}"])
+    assert (c.algorithm.name, c.algorithm.adv_estimator) == ("ppo", "gae")
+    assert (c.filter.strategy, c.filter.metric) == ("top_p_softmax", "reward_variance")
+    # several actions per turn where an answer is a move; one where it is a number or code
+    assert c.rollout.actions_per_turn == (5 if env in ("sokoban", "frozenlake") else 1)
