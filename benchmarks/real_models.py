@@ -41,7 +41,11 @@ RESULTS = HERE / "results" / "real_models.json"
 #: the CPU budget every arm shares (the recipe itself: configs/recipe/pretrained.yaml)
 COMMON = ["model=smollm2", "rollout.env_groups=4", "rollout.group_size=4", "rollout.max_turns=8",
           "engine.max_new_tokens=64", "trainer.eval_episodes=16", "trainer.save_every=0",
-          "trainer.keep_checkpoints=1", "monitor.every=1"]
+          "trainer.keep_checkpoints=1", "monitor.every=1",
+          # memory on a 24 GB machine: the CPU's attention keeps a T x T score matrix per head and
+          # layer for the backward (each learner rank peaked at 7.5 GB without these, and Ray's
+          # memory monitor killed the update)
+          "learner.activation_checkpointing=true", "learner.micro_batch_tokens=2048"]
 
 ARMS: dict[str, list[str]] = {
     "frozenlake": ["env=frozenlake", "trainer.total_steps=1"],

@@ -383,6 +383,7 @@ class MonitorConfig:
     # later turns (collapse/turns/*): one turn per trajectory, scored under its own conversation
     # and this many others (0 = all of them; null = off)
     turn_negatives: Optional[int] = 7
+    turn_uniform: bool = False  # also pairs drawn uniformly over all turns (collapse/turn_uniform/*)
     grad_snr_every: int = 0  # gradient-SNR diagnostic cadence in steps (0 = off)
     grad_snr_buckets: int = 3  # reward-spread quantile buckets
 

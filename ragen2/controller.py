@@ -142,7 +142,7 @@ class Controller:
 
             m = cfg.monitor
             self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed,
-                                     m.turn_negatives)
+                                     m.turn_negatives, m.turn_uniform)
         from ragen2.models.loading import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code)

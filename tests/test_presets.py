@@ -296,3 +296,40 @@ def test_paper_presets_default_to_ragen2s_algorithm_and_filter(env):
     assert (c.filter.strategy, c.filter.metric) == ("top_p_softmax", "reward_variance")
     # several actions per turn where an answer is a move; one where it is a number or code
     assert c.rollout.actions_per_turn == (5 if env in ("sokoban", "frozenlake") else 1)
+
+
+def _deviation_rows() -> list[tuple[str, list[str], list[tuple[str, str]]]]:
+    """(setting, presets, [(key, value)]) of README's "Deviations from RAGEN-2" table."""
+    import re
+
+    text = (CONFIGS.parent / "README.md").read_text()
+    section = text.split("## Deviations from RAGEN-2", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) != 5 or cells[0] in ("setting", "---"):
+            continue
+        pairs = [tuple(kv.split("=", 1)) for kv in re.findall(r"`([\w.]+=[^`]+)`", cells[2])]
+        presets = list(ENVS) if cells[3] == "all" else [p.strip() for p in cells[3].split(",")]
+        rows.append((cells[0], presets, pairs))
+    return rows
+
+
+def test_the_deviations_table_matches_the_presets():
+    rows = _deviation_rows()
+    assert len(rows) >= 15 and all(pairs for _, _, pairs in rows)
+    checked = 0
+    for env in ENVS:
+        for variant in ("", "_0.5b"):
+            c = load_config([f"{EXP}=ragen2_{env}{variant}"])
+            for setting, presets, pairs in rows:
+                if env not in presets:
+                    continue
+                for key, value in pairs:
+                    node = c
+                    for part in key.split("."):
+                        node = node[part] if isinstance(node, dict) else getattr(node, part)
+                    expected = float(value) if isinstance(node, float) else yaml.safe_load(value)
+                    assert node == expected, (env + variant, setting, key, node)
+                    checked += 1
+    assert checked > 200

@@ -59,18 +59,31 @@ def build_inputs(trajs: Sequence[Trajectory]) -> MonitorInputs | None:
     return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
 
 
-def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator) -> MonitorInputs | None:
-    """(context, reasoning) pairs from every turn, not only the first: per trajectory one turn
-    drawn uniformly among those with reasoning (RAGEN-2's trajectory-uniform mode). A sample's
-    context is its own conversation up to that turn's ``<think>`` (sampled ids, as in
-    :func:`build_inputs`); identical conversations are one prompt. None below 2 prompts."""
+def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator,
+                      mode: str = "trajectory") -> MonitorInputs | None:
+    """(context, reasoning) pairs from every turn, not only the first (RAGEN-2's two modes):
+    ``trajectory``: per trajectory one turn drawn uniformly among those with reasoning;
+    ``turn``: as many pairs as trajectories, drawn uniformly from all (trajectory, turn) pairs
+    with reasoning (long episodes weigh more). A sample's context is its own conversation up to
+    that turn's ``<think>`` (sampled ids, as in :func:`build_inputs`); identical conversations
+    are one prompt. None below 2 prompts."""
+    ok = [t for t in trajs if t.env_error is None and t.first_prompt_len > 0]
+    pairs = [(t, k) for t in ok for k, span in enumerate(t.think_spans) if span is not None]
+    if mode == "trajectory":
+        chosen = []
+        for t in ok:
+            turns = [k for tt, k in pairs if tt is t]
+            if turns:
+                chosen.append((t, turns[int(rng.integers(len(turns)))]))
+    elif mode == "turn":
+        n = min(len(pairs), len(ok))
+        chosen = [pairs[int(i)] for i in np.sort(rng.choice(len(pairs), size=n, replace=False))]
+    else:
+        raise ValueError(f"mode {mode!r} is invalid; allowed: trajectory, turn")
     index: dict[tuple[int, ...], int] = {}
     contexts, keys, conts, owner = [], [], [], []
-    for t in trajs:
-        turns = [k for k, span in enumerate(t.think_spans) if span is not None]
-        if not turns or t.env_error is not None or t.first_prompt_len == 0:
-            continue
-        a, b = t.think_spans[turns[int(rng.integers(len(turns)))]]
+    for t, turn in chosen:
+        a, b = t.think_spans[turn]
         ctx = tuple(t.input_ids[:a])
         if ctx not in index:
             index[ctx] = len(contexts)
@@ -87,11 +100,13 @@ class MIMonitor:
     """Runs the cross-scoring at a cadence and keeps the EMA of ``mi_z`` (resumable state)."""
 
     def __init__(self, every: int, max_negatives: int = 0, permutations: int = 20,
-                 ema: float = 0.9, seed: int = 0, turn_negatives: int | None = 7) -> None:
+                 ema: float = 0.9, seed: int = 0, turn_negatives: int | None = 7,
+                 turn_uniform: bool = False) -> None:
         """``turn_negatives``: other conversations each later-turn sample is scored under
-        (``collapse/turns/*``; 0 = all of them, None = later turns off)."""
+        (``collapse/turns/*``, trajectory-uniform; 0 = all of them, None = later turns off);
+        ``turn_uniform``: also the turn-uniform pairs (``collapse/turn_uniform/*``)."""
         self.every, self.max_negatives, self.permutations = every, max_negatives, permutations
-        self.seed, self.turn_negatives = seed, turn_negatives
+        self.seed, self.turn_negatives, self.turn_uniform = seed, turn_negatives, turn_uniform
         self.mi_z_ema = EMA(ema)
 
     def due(self, step: int) -> bool:
@@ -110,10 +125,13 @@ class MIMonitor:
         out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
         out["collapse/token_entropy"] = token_entropy(trajs)
         if self.turn_negatives is not None:
-            turns = build_turn_inputs(trajs, np.random.default_rng([self.seed, step, 7]))
-            if turns is not None:
-                m = self._score(turns, scorer, self.turn_negatives, gen)
-                out.update({f"collapse/turns/{k}": v for k, v in m.items()})
+            modes = [("trajectory", "turns")] + ([("turn", "turn_uniform")] if self.turn_uniform else [])
+            for i, (mode, name) in enumerate(modes):
+                rng = np.random.default_rng([self.seed, step, 7 + i])
+                turns = build_turn_inputs(trajs, rng, mode)
+                if turns is not None:
+                    m = self._score(turns, scorer, self.turn_negatives, gen)
+                    out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
         return out
 
     def _score(self, inputs: MonitorInputs, scorer: Scorer, max_negatives: int,

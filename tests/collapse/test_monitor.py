@@ -127,3 +127,25 @@ def test_later_turns_can_be_switched_off():
     trajs = [two_turn(g, [50], [100 + g]) for g in range(3) for _ in range(2)]
     out = MIMonitor(every=1, permutations=5, turn_negatives=None).measure(trajs, _policy_scorer(True), 1)
     assert "collapse/mi" in out and not any(k.startswith("collapse/turns/") for k in out)
+
+
+def test_turn_uniform_pairs_weigh_long_episodes_more():
+    """One 2-turn and one 1-turn episode per group: trajectory-uniform takes one pair from each
+    trajectory; turn-uniform draws len(trajs) pairs from the 3 pairs of each group's two."""
+    from ragen2.collapse.monitor import build_turn_inputs
+
+    short = []
+    for g in range(3):
+        t = two_turn(g, [50], [100 + g])
+        t.think_spans = t.think_spans[:1]
+        short.append(t)
+    trajs = [two_turn(g, [50], [100 + g]) for g in range(3)] + short
+    rng = np.random.default_rng(0)
+    by_traj = build_turn_inputs(trajs, rng, "trajectory")
+    by_turn = build_turn_inputs(trajs, rng, "turn")
+    assert len(by_traj.continuations) == len(by_turn.continuations) == 6
+    with pytest.raises(ValueError, match="trajectory, turn"):
+        build_turn_inputs(trajs, rng, "episode")
+    out = MIMonitor(every=1, permutations=5, turn_negatives=0, turn_uniform=True).measure(
+        trajs, _policy_scorer(True), 1)
+    assert "collapse/turn_uniform/mi" in out and "collapse/turns/mi" in out
