@@ -149,3 +149,28 @@ def test_turn_uniform_pairs_weigh_long_episodes_more():
     out = MIMonitor(every=1, permutations=5, turn_negatives=0, turn_uniform=True).measure(
         trajs, _policy_scorer(True), 1)
     assert "collapse/turn_uniform/mi" in out and "collapse/turns/mi" in out
+
+
+def test_retrieval_at_4_separates_what_retrieval_at_1_cannot():
+    """8 prompts x 8 samples. Policy A's reasoning names its prompt's neighbourhood: the own
+    prompt ranks first for 1 sample in 8 and second (behind the next prompt) for the other 7, so
+    retrieval@1 = 1/8, exactly chance, while retrieval@4 = 1. A template policy scores every
+    prompt alike: 1/8 and 4/8, both chance."""
+    import torch
+
+    from ragen2.collapse.mi import mutual_information
+
+    n, per = 8, 8
+    owner = np.repeat(np.arange(n), per)
+    a = np.full((n * per, n), -6.0)
+    for s, j in enumerate(owner):
+        if s % per == 0:
+            a[s, j] = -1.0
+        else:
+            a[s, (j + 1) % n], a[s, j] = -1.0, -2.0
+    ma = mutual_information(torch.tensor(a), torch.tensor(owner), ks=(1, 4))
+    mb = mutual_information(torch.zeros(n * per, n, dtype=torch.float64), torch.tensor(owner), ks=(1, 4))
+    assert ma["retrieval_acc@1"] == pytest.approx(1 / 8) == ma["retrieval_chance@1"]
+    assert mb["retrieval_acc@1"] == pytest.approx(1 / 8)
+    assert ma["retrieval_acc@4"] == 1.0 and mb["retrieval_acc@4"] == pytest.approx(0.5)
+    assert ma["retrieval_chance@4"] == mb["retrieval_chance@4"] == 0.5
