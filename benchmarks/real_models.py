@@ -4,8 +4,8 @@ its pretrained recipe) on FrozenLake and on Sokoban, held-out success zero-shot 
 Each arm is one ``ragen2-train`` run, one after another (the learner ranks and the vLLM worker
 share this machine's cores, so nothing else may run beside them). Budgets are cut to fit a CPU
 (``COMMON``): 4 groups x 4 rollouts per step, 8 turns of at most 64 new tokens (FrozenLake's
-goal is 6 moves away), 16 held-out episodes before and after RL; one RL step for the zero-shot
-arms, three after the format warm start. Per arm it records held-out success and format-error rate before and
+goal is 6 moves away), 16 held-out episodes before and after RL, one RL step per arm (a
+SmolLM2 step takes 5-7 minutes here). Per arm it records held-out success and format-error rate before and
 after, every step's training success, format errors, token entropy, first-turn MI with its
 permutation null and retrieval accuracy (when the replies hold ``<think>`` reasoning to score),
 and the step time split into generate / update / sync (+ probe) / monitor, with the machine
@@ -16,7 +16,7 @@ at a small learning rate) is what a 135M model needs before RL can get a signal.
 
 Usage::
 
-    python benchmarks/real_models.py                    # every arm (~45 min on a 2-core machine)
+    python benchmarks/real_models.py                    # every arm (~35 min on a 2-core machine)
     python benchmarks/real_models.py --arms sokoban     # one arm
 """
 
@@ -51,9 +51,9 @@ ARMS: dict[str, list[str]] = {
     "frozenlake": ["env=frozenlake", "trainer.total_steps=1"],
     "sokoban": ["env=sokoban", "trainer.total_steps=1"],
     "frozenlake_format_warm_start": [
-        "env=frozenlake", "trainer.total_steps=3", "trainer.warm_start.enabled=true",
-        "trainer.warm_start.episodes=64", "trainer.warm_start.epochs=2",
-        "trainer.warm_start.lr=3e-5", "trainer.warm_start.cache=false"],
+        "env=frozenlake", "trainer.total_steps=1", "trainer.warm_start.enabled=true",
+        "trainer.warm_start.episodes=32", "trainer.warm_start.epochs=1",
+        "trainer.warm_start.lr=5e-5", "trainer.warm_start.cache=false"],
 }
 
 TIMING = ("generate_s", "update_s", "sync_s", "probe_s", "monitor_s", "step_s")
