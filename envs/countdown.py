@@ -172,7 +172,8 @@ class CountdownTextEnv(gym.Env):
                     (a, ta), (b, tb) = (b, tb), (a, ta)
                 value = _apply(op, a, b)
                 steps.append(f"{a} {op} {b} = {value}")
-                items = [x for k, x in enumerate(items) if k not in (i, j)] + [(value, f"({ta} {op} {tb})")]
+                rest = [x for k, x in enumerate(items) if k not in (i, j)]
+                items = rest + [(value, f"({ta} {op} {tb})")]
             value, text = items[0]
             if value > 0:
                 break

@@ -392,7 +392,8 @@ class Controller:
         return metrics, True
 
     def grad_snr(self, trajs: list[Trajectory]) -> dict[str, float]:
-        """Gradient norms of the task / entropy / KL terms per reward-spread quantile bucket."""
+        """Gradient norms of the task / entropy / KL terms per reward-spread bucket (bucket 0:
+        the groups without spread; then by rank, :func:`ragen2.collapse.grad_snr.spread_buckets`)."""
         import ray
 
         from ragen2.collapse.grad_snr import spread_buckets
@@ -554,16 +555,13 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                     "(a higher filter.value, filter.include_zero=true) or raise rollout.group_size")
             if "rollout/in_group_reward_std" in m:
                 stop_reason = stopper.step(m["rollout/in_group_reward_std"])
-            evaluated = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
-            if evaluated:
+            scheduled = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
+            if scheduled or stop_reason:  # (a run that stops early is measured where it ended)
                 m.update(ctl.evaluate(step))
                 m.update(ctl.diagnose(m["eval/success"]))
                 state["eval_last"] = m["eval/success"]
-                stop_reason = stop_reason or stopper.evaluation(m["eval/success"])
-            if stop_reason and not evaluated:  # the run ends here: measure where it ended
-                m.update(ctl.evaluate(step))
-                m.update(ctl.diagnose(m["eval/success"]))
-                state["eval_last"] = m["eval/success"]
+                if scheduled:
+                    stop_reason = stop_reason or stopper.evaluation(m["eval/success"])
             if stop_reason:
                 m["trainer/early_stop"] = 1.0
             state["early_stop"] = stopper.state_dict()

@@ -196,7 +196,8 @@ def run_episodes(
         answers = [_record_turn(ep, gen, renderer, eos_text, penalty(ep))
                    for ep, gen in zip(active, gens)]
         t0 = time.perf_counter()
-        _each(executor, lambda pair: _env_step(*pair, penalty(pair[0]), actions_per_turn, action_sep),
+        _each(executor,
+              lambda pair: _env_step(*pair, penalty(pair[0]), actions_per_turn, action_sep),
               [(ep, a) for ep, a in zip(active, answers) if a is not None])
         timing["env_s"] += time.perf_counter() - t0
         for ep, gen in zip(active, gens):
