@@ -260,6 +260,11 @@ class AlgorithmConfig:
     critic_lr: float = 5e-4
     value_clip: Optional[float] = 0.2
     value_coef: float = 1.0
+    # SNR-gated regularisers (ragen2.algos.gating): weight each sample's KL and entropy terms by
+    # its group's reward spread: none | threshold (1 if σ_g > regulariser_gate_threshold, else 0)
+    # | scaled (σ_g / max σ_g)
+    regulariser_gate: str = "none"
+    regulariser_gate_threshold: float = 0.0
 
     def validate(self, p: str) -> None:
         from ragen2.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
@@ -287,6 +292,11 @@ class AlgorithmConfig:
                   "critic_lr", "grad_clip")
         _check(self.value_clip is None or self.value_clip > 0, f"{p}.value_clip",
                self.value_clip, "null (off) or > 0")
+        from ragen2.algos.gating import REGULARISER_GATES
+
+        _choice(self, p, "regulariser_gate", REGULARISER_GATES)
+        _check(self.regulariser_gate_threshold >= 0, f"{p}.regulariser_gate_threshold",
+               self.regulariser_gate_threshold, "must be >= 0")
 
 
 @dataclass

@@ -338,12 +338,17 @@ class LearnerRank:
         # filter.tiered.weight_target=loss the entropy and KL terms are weighted too (step 3)
         weights = torch.tensor(np.asarray(batch.get("sample_weights", np.ones(n))), dtype=torch.float32)
         whole_loss = self.cfg.filter.tiered.weight_target == "loss"
+        gate = self._regulariser_gate(batch)  # (N,) or None: SNR-gated KL / entropy
         for mi, (_, micros) in enumerate(plan):
             for ui, micro in enumerate(micros):
                 c = cache[mi, ui]
                 mask, tok_r = self._tensors(batch, micro, "loss_mask", "token_rewards")
                 w = weights[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
-                c["reg_w"] = w if whole_loss else None  # (B, 1) weights of the regularisers
+                reg_w = w if whole_loss else None  # (B, 1) weights of the regularisers
+                if gate is not None:
+                    g = gate[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
+                    reg_w = g if reg_w is None else reg_w * g
+                c["reg_w"] = reg_w
                 if a.adv_estimator == "grpo":
                     c["adv"] = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask * w
                 else:
@@ -461,6 +466,16 @@ class LearnerRank:
                 m["updates"] += 1
         return m
 
+    def _regulariser_gate(self, batch: dict[str, np.ndarray]) -> torch.Tensor | None:
+        """(N,) SNR gate of the KL and entropy terms (``algorithm.regulariser_gate``), or None."""
+        from ragen2.algos.gating import regulariser_weights
+
+        a = self.cfg.algorithm
+        if a.regulariser_gate == "none":
+            return None
+        return regulariser_weights(torch.tensor(batch["rewards"]), torch.tensor(batch["group_ids"]),
+                                   a.regulariser_gate, a.regulariser_gate_threshold)
+
     # ------------------------------------------------------- gradient SNR
     def grad_snr(self, batch: dict[str, np.ndarray], buckets: np.ndarray) -> dict[str, float]:
         """Per reward-spread bucket, the gradient norms of the task, entropy and KL terms.
@@ -471,7 +486,7 @@ class LearnerRank:
         changes. The task term is the policy loss at ratio 1 (the first mini-batch of an update).
         The entropy and KL norms are reported as they enter the loss, times
         ``algorithm.entropy_coef`` / ``kl_coef`` (``{term}_norm``; 0 for a term that is off), and
-        unscaled as ``{term}_norm_raw``.
+        unscaled as ``{term}_norm_raw``; both with ``algorithm.regulariser_gate`` applied.
         """
         a = self.cfg.algorithm
         seq_adv = grpo_advantages(torch.tensor(batch["rewards"], dtype=torch.float64),
@@ -479,6 +494,7 @@ class LearnerRank:
                                   norm_by_std=a.norm_adv_by_std).float()
         terms = ["task", "entropy"] + (["kl"] if self.ref is not None else [])
         coef = {"entropy": a.entropy_coef, "kl": a.kl_coef}
+        gate = self._regulariser_gate(batch)  # the regularisers as the update weights them
         out: dict[str, float] = {}
         self.optim.zero_grad(set_to_none=True)
         for b in sorted(set(int(x) for x in buckets.tolist()) - {-1}):
@@ -499,13 +515,17 @@ class LearnerRank:
                                 lp, lp.detach(), adv, mask, clip_low=a.clip_ratio_low,
                                 clip_high=a.clip_ratio_high, dual_clip_c=a.dual_clip_c,
                                 agg_mode="token-mean", num_tokens=n_tok, num_seqs=1.0)
-                        elif term == "entropy":
-                            loss = aggregate_loss(ent, mask.float(), "token-mean", num_tokens=n_tok)
                         else:
-                            with torch.no_grad():
-                                ref, _ = self._forward(self.ref, ids, attn, mask, plan=share)
-                            loss = aggregate_loss(kl_penalty(lp, ref, a.kl_estimator), mask.float(),
-                                                  "token-mean", num_tokens=n_tok)
+                            g = (1.0 if gate is None else
+                                 gate[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1))
+                            if term == "entropy":
+                                per_token = ent
+                            else:
+                                with torch.no_grad():
+                                    ref, _ = self._forward(self.ref, ids, attn, mask, plan=share)
+                                per_token = kl_penalty(lp, ref, a.kl_estimator)
+                            loss = aggregate_loss(per_token * g, mask.float(), "token-mean",
+                                                  num_tokens=n_tok)
                         (loss * self.world_size).backward()
                 norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self.trainable, float("inf"))))
                 if term == "task":

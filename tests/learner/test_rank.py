@@ -138,6 +138,36 @@ def test_grad_snr_measures_without_changing_the_policy(tiny_model_path, entropy_
         np.testing.assert_array_equal(before[k], after[k])
 
 
+def test_a_gated_update_gives_groups_without_spread_no_regulariser_gradient(tiny_model_path):
+    norms = {}
+    for gate in ("none", "threshold"):
+        r = _rank(tiny_model_path, "algorithm.entropy_coef=0.05", f"algorithm.regulariser_gate={gate}")
+        try:
+            norms[gate] = r.update({**_batch(), "rewards": np.ones(6, np.float32)}, step=1)["actor/grad_norm"]
+        finally:
+            r.shutdown()
+    assert norms["none"] > 0 and norms["threshold"] == 0.0
+
+
+def test_snr_gated_regularisers_move_the_task_to_regulariser_ratio_per_bucket(tiny_model_path):
+    """Group 0 has no reward spread (bucket 0), group 1 has (bucket 1). Gated by threshold, the
+    entropy term of bucket 0 vanishes while bucket 1's is untouched: bucket 0's regulariser-to-task
+    ratio goes from "all regulariser" to nothing, bucket 1's does not move."""
+    batch = {**_batch(), "rewards": np.array([1, 1, 1, 0, 1, 0], np.float32)}
+    out = {}
+    for gate in ("none", "threshold"):
+        r = _rank(tiny_model_path, "algorithm.entropy_coef=0.01",
+                  f"algorithm.regulariser_gate={gate}")
+        try:
+            out[gate] = r.grad_snr(batch, np.array([0, 0, 0, 1, 1, 1]))
+        finally:
+            r.shutdown()
+    plain, gated = out["none"], out["threshold"]
+    assert plain["grad_snr/b0/entropy_norm"] > 0 and gated["grad_snr/b0/entropy_norm"] == 0.0
+    assert gated["grad_snr/b1/entropy_norm"] == pytest.approx(plain["grad_snr/b1/entropy_norm"], rel=1e-6)
+    assert gated["grad_snr/b1/task_norm"] == pytest.approx(plain["grad_snr/b1/task_norm"], rel=1e-6)
+
+
 def test_score_matches_full_sequence_logprobs(tiny_model_path):
     import torch
 
