@@ -53,6 +53,8 @@ def test_free_form_kwargs_are_allowed():
     ("trainer.warm_start.random_action_prob=2", "trainer.warm_start.random_action_prob"),
     ("model.dtype=bfloat16", "model.dtype"),  # bf16 is refused on the CPU device
     ("rollout.max_worker_restarts=-1", "rollout.max_worker_restarts"),
+    ("trainer.early_stop.spread_frac=1.5", "trainer.early_stop.spread_frac"),
+    ("trainer.early_stop.eval_patience=0", "trainer.early_stop.eval_patience"),
 ])
 def test_out_of_range_values(override, key):
     with pytest.raises(ConfigError) as e:

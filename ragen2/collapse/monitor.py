@@ -68,31 +68,27 @@ def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator,
     that turn's ``<think>`` (sampled ids, as in :func:`build_inputs`); identical conversations
     are one prompt. None below 2 prompts."""
     ok = [t for t in trajs if t.env_error is None and t.first_prompt_len > 0]
-    pairs = [(t, k) for t in ok for k, span in enumerate(t.think_spans) if span is not None]
+    spans = [[s for s in t.think_spans if s is not None] for t in ok]  # per trajectory
     if mode == "trajectory":
-        chosen = []
-        for t in ok:
-            turns = [k for tt, k in pairs if tt is t]
-            if turns:
-                chosen.append((t, turns[int(rng.integers(len(turns)))]))
+        chosen = [(t, sp[int(rng.integers(len(sp)))]) for t, sp in zip(ok, spans) if sp]
     elif mode == "turn":
+        pairs = [(t, s) for t, sp in zip(ok, spans) for s in sp]
         n = min(len(pairs), len(ok))
         chosen = [pairs[int(i)] for i in np.sort(rng.choice(len(pairs), size=n, replace=False))]
     else:
         raise ValueError(f"mode {mode!r} is invalid; allowed: trajectory, turn")
-    index: dict[tuple[int, ...], int] = {}
-    contexts, keys, conts, owner = [], [], [], []
-    for t, turn in chosen:
-        a, b = t.think_spans[turn]
+    index: dict[tuple[int, ...], int] = {}  # identical conversations are one prompt
+    contexts, conts, owner = [], [], []
+    for t, (a, b) in chosen:
         ctx = tuple(t.input_ids[:a])
         if ctx not in index:
             index[ctx] = len(contexts)
             contexts.append(list(ctx))
-            keys.append(str(hash(ctx)))
         conts.append(list(t.input_ids[a:b]))
         owner.append(index[ctx])
     if len(contexts) < 2:
         return None
+    keys = [str(i) for i in range(len(contexts))]  # already distinct
     return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
 
 

@@ -337,20 +337,22 @@ class LearnerRank:
         # are positively homogeneous in A, so this weights each sample's policy loss exactly; with
         # filter.tiered.weight_target=loss the entropy and KL terms are weighted too (step 3)
         weights = torch.tensor(np.asarray(batch.get("sample_weights", np.ones(n))), dtype=torch.float32)
-        whole_loss = self.cfg.filter.tiered.weight_target == "loss"
-        gate = self._regulariser_gate(batch)  # (N,) or None: SNR-gated KL / entropy
+        # (N,) weights of the KL and entropy terms: the sample weights with weight_target=loss,
+        # times the SNR gate; None when every one is 1 (the terms are then aggregated once)
+        reg = weights if self.cfg.filter.tiered.weight_target == "loss" else torch.ones(n)
+        gate = self._regulariser_gate(batch)
+        if gate is not None:
+            reg = reg * gate
+        reg = None if bool((reg == 1).all()) else reg
         for mi, (_, micros) in enumerate(plan):
             for ui, micro in enumerate(micros):
                 c = cache[mi, ui]
                 mask, tok_r = self._tensors(batch, micro, "loss_mask", "token_rewards")
-                w = weights[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
-                reg_w = w if whole_loss else None  # (B, 1) weights of the regularisers
-                if gate is not None:
-                    g = gate[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1)
-                    reg_w = g if reg_w is None else reg_w * g
-                c["reg_w"] = reg_w
+                rows = torch.from_numpy(micro.index)
+                w = weights[rows].to(self.device).unsqueeze(1)
+                c["reg_w"] = None if reg is None else reg[rows].to(self.device).unsqueeze(1)
                 if a.adv_estimator == "grpo":
-                    c["adv"] = seq_adv[torch.from_numpy(micro.index)].to(self.device).unsqueeze(1) * mask * w
+                    c["adv"] = seq_adv[rows].to(self.device).unsqueeze(1) * mask * w
                 else:
                     adv, ret = gae_advantages(tok_r, c["values"], mask, gamma=a.gamma, lam=a.lam)
                     c["adv"], c["returns"] = adv * w, ret
