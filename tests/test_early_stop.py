@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from ragen2.early_stop import EarlyStop
 from ragen2.train import load_config
 
