@@ -62,6 +62,31 @@ class JsonlSink:
         self.f.close()
 
 
+#: TensorBoard's "Custom Scalars" tab: each fixed-panel estimate with its 95% bootstrap interval
+#: as one band ("Margin": value, lower, upper), and the estimates beside their floors or chance
+#: ("Multiline"). A chart whose tags the run never logs is simply empty.
+CUSTOM_SCALARS: dict[str, dict[str, list]] = {
+    "collapse (fixed panel, 95% bootstrap band)": {
+        "panel MI (nats)": ["Margin", ["collapse/panel/mi", "collapse/panel/mi_lo",
+                                       "collapse/panel/mi_hi"]],
+        "panel retrieval@1": ["Margin", ["collapse/panel/retrieval_acc@1",
+                                         "collapse/panel/retrieval_acc@1_lo",
+                                         "collapse/panel/retrieval_acc@1_hi"]],
+        "panel H(Z|X) (nats)": ["Margin", ["collapse/panel/h_cond", "collapse/panel/h_cond_lo",
+                                           "collapse/panel/h_cond_hi"]],
+    },
+    "collapse (against their floors)": {
+        "MI and permutation floors": ["Multiline", ["collapse/mi", "collapse/mi_null",
+                                                    "collapse/panel/mi",
+                                                    "collapse/panel/mi_floor"]],
+        "retrieval@1 and chance": ["Multiline", ["collapse/retrieval_acc@1",
+                                                 "collapse/retrieval_chance@1"]],
+        "action MI": ["Multiline", ["collapse/action/mi", "collapse/action/mi_null"]],
+    },
+    "success": {"train and held-out": ["Multiline", ["rollout/success", "eval/success"]]},
+}
+
+
 @SINKS.register("tensorboard")
 class TensorBoardSink:
     def __init__(self, run_dir: Path, resume_step: int | None = None, **_: Any) -> None:
@@ -69,6 +94,7 @@ class TensorBoardSink:
 
         purge = resume_step + 1 if resume_step is not None else None
         self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+        self.writer.add_custom_scalars(CUSTOM_SCALARS)  # metadata only; again on resume is harmless
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         for k, v in metrics.items():
