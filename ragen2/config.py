@@ -394,6 +394,7 @@ class MonitorConfig:
     # and this many others (0 = all of them; null = off)
     turn_negatives: Optional[int] = 7
     turn_uniform: bool = False  # also pairs drawn uniformly over all turns (collapse/turn_uniform/*)
+    action_mi: bool = True  # I(A; Z | X) on the first turn (collapse/action/*)
     grad_snr_every: int = 0  # gradient-SNR diagnostic cadence in steps (0 = off)
     grad_snr_buckets: int = 3  # reward-spread quantile buckets
 

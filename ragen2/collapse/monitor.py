@@ -6,6 +6,10 @@ reasoning, tags excluded, as the sampled token ids), asks a scorer for log p(z_s
 plan (every prompt, or the owner plus ``max_negatives`` sampled ones), and turns the matrix into
 ``collapse/*`` metrics with :func:`ragen2.collapse.mutual_information` (sums of token logprobs, the
 SPEC's definition) plus a per-token-mean variant and a permutation null.
+
+With ``action_mi`` it also asks whether the first turn's action follows its reasoning,
+I(A; Z | X) under ``collapse/action/*`` (:mod:`ragen2.collapse.action_mi`): every answer scored
+under its own and the other reasonings of its group.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ragen2.collapse.action_mi import (build_action_inputs, conditional_mutual_information,
+                                       score_actions)
 from ragen2.collapse.mi import (EMA, choose_negatives, mutual_information,
                                 mutual_information_subsampled, permutation_null)
 from ragen2.rollout.trajectory import Trajectory
@@ -97,12 +103,14 @@ class MIMonitor:
 
     def __init__(self, every: int, max_negatives: int = 0, permutations: int = 20,
                  ema: float = 0.9, seed: int = 0, turn_negatives: int | None = 7,
-                 turn_uniform: bool = False) -> None:
+                 turn_uniform: bool = False, *, action_mi: bool = True) -> None:
         """``turn_negatives``: other conversations each later-turn sample is scored under
         (``collapse/turns/*``, trajectory-uniform; 0 = all of them, None = later turns off);
-        ``turn_uniform``: also the turn-uniform pairs (``collapse/turn_uniform/*``)."""
+        ``turn_uniform``: also the turn-uniform pairs (``collapse/turn_uniform/*``);
+        ``action_mi``: also I(A; Z | X) of the first turn (``collapse/action/*``)."""
         self.every, self.max_negatives, self.permutations = every, max_negatives, permutations
         self.seed, self.turn_negatives, self.turn_uniform = seed, turn_negatives, turn_uniform
+        self.action_mi = action_mi
         self.mi_z_ema = EMA(ema)
 
     def due(self, step: int) -> bool:
@@ -110,7 +118,15 @@ class MIMonitor:
 
     def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> dict[str, float]:
         """``collapse/*`` metrics of one batch (empty when it has too few prompts with reasoning):
-        the first turn's under ``collapse/``, a turn drawn per trajectory under ``collapse/turns/``."""
+        the first turn's under ``collapse/``, a turn drawn per trajectory under ``collapse/turns/``,
+        the first turn's I(A; Z | X) under ``collapse/action/`` (when some group has 2+ samples)."""
+        out = self._measure_prompts(trajs, scorer, step)
+        if self.action_mi:
+            out.update(self._measure_actions(trajs, scorer, step))
+        return out
+
+    def _measure_prompts(self, trajs: Sequence[Trajectory], scorer: Scorer,
+                         step: int) -> dict[str, float]:
         inputs = build_inputs(trajs)
         if inputs is None:
             return {}
@@ -128,6 +144,23 @@ class MIMonitor:
                 if turns is not None:
                     m = self._score(turns, scorer, self.turn_negatives, gen)
                     out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
+        return out
+
+    def _measure_actions(self, trajs: Sequence[Trajectory], scorer: Scorer,
+                         step: int) -> dict[str, float]:
+        """``collapse/action/*``: I(A; Z | X) of the first turn, its bound, floor and retrieval.
+        Its own generator (seeded by step), so the other metrics are unchanged by it."""
+        inputs = build_action_inputs(trajs)
+        if inputs is None:
+            return {}
+        logp = score_actions(inputs, scorer)
+        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + step) * 4 + 3)
+        m = conditional_mutual_information(torch.from_numpy(logp), torch.from_numpy(inputs.group),
+                                           reasoning_keys=inputs.context.tolist(),
+                                           num_permutations=self.permutations, generator=gen)
+        out = {f"collapse/action/{k}": v for k, v in m.items() if k not in ("p_value", "num_permutations")}
+        out["collapse/action/mi_p_value"] = m["p_value"]
+        out["collapse/action/answer_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
         return out
 
     def _score(self, inputs: MonitorInputs, scorer: Scorer, max_negatives: int,
