@@ -2,9 +2,12 @@
 curves with seed bands, and reasoning examples.
 
 Input: ``{(arm, seed): run_dir}``, each a ragen2 run directory (``metrics.jsonl``, ``summary.json``,
-``rollouts/``). Used by ``benchmarks/collapse_study`` and usable on any sweep.
+``rollouts/``); ``seed`` is any label that tells an arm's runs apart (a seed, a job name). Used by
+``benchmarks/collapse_study``, and on any Hydra multirun folder through ``ragen2.analysis.arms``
+(``ragen2-sweep-report --group-by``, ``ragen2-report MULTIRUN_DIR``).
 
-Correlations are Spearman's rho (``scipy.stats.spearmanr``) over *pooled points*: one point per
+Correlations are Spearman's rho (average ranks for ties; the p-value from ``scipy.stats.spearmanr``
+where scipy is installed, else None) over *pooled points*: one point per
 (run, step) where both metrics were logged -- held-out success exists at evaluation steps, the
 collapse metrics at monitor steps, so held-out pairs come from steps that are both (set
 ``trainer.eval_every`` to a multiple of ``monitor.every``). Pooled across runs, a correlation
@@ -15,14 +18,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 from ragen2.analysis.rollouts import load_metrics, load_rollouts, load_summary
 
-__all__ = ["CORRELATIONS", "SERIES", "arm_table", "correlations", "load_study", "load_summaries",
-           "merge_runs", "paired", "reasoning_examples", "run_summary", "series", "spearman",
-           "write_plots"]
+__all__ = ["CORRELATIONS", "SERIES", "arm_table", "band", "correlations", "curves_figure",
+           "load_study", "load_summaries", "merge_runs", "paired", "reasoning_examples",
+           "run_summary", "scatter_figure", "series", "spearman", "write_plots"]
 
 #: short name -> metrics.jsonl key of the per-step series the study reports
 SERIES = {
@@ -51,9 +55,10 @@ CORRELATIONS = {
 }
 
 Metrics = dict[int, dict[str, Any]]
+RunKey = tuple[str, Hashable]  # (arm, seed or job name)
 
 
-def load_study(run_dirs: dict[tuple[str, int], str | Path]) -> dict[tuple[str, int], Metrics]:
+def load_study(run_dirs: dict[RunKey, str | Path]) -> dict[RunKey, Metrics]:
     """``{(arm, seed): metrics by step}`` read with :func:`ragen2.analysis.rollouts.load_metrics`."""
     return {key: load_metrics(path) for key, path in run_dirs.items()}
 
@@ -69,7 +74,7 @@ def series(metrics: Metrics, name: str) -> list[tuple[int, float]]:
     return out
 
 
-def run_summary(arm: str, seed: int, metrics: Metrics, summary: dict[str, Any] | None = None,
+def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, Any] | None = None,
                 ) -> dict[str, Any]:
     """One run's row: first/last held-out success, last collapse metrics, means over RL steps."""
     def last(name: str) -> float | None:
@@ -101,26 +106,45 @@ def paired(metrics: Metrics, x: str, y: str) -> list[tuple[float, float]]:
     return [(v, ys[step]) for step, v in series(metrics, x) if step in ys]
 
 
+def _ranks(xs: list[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank."""
+    order = sorted(range(len(xs)), key=xs.__getitem__)
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in order[i:j + 1]:
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
 def spearman(points: list[tuple[float, float]]) -> dict[str, float | int | None]:
-    """Spearman's rho and its two-sided p-value (``scipy.stats.spearmanr``) over ``points``.
+    """Spearman's rho (the Pearson correlation of the average ranks) over ``points``, with its
+    two-sided p-value from ``scipy.stats.spearmanr`` (None where scipy is not installed).
 
-    None when fewer than 3 points or either side is constant (rho undefined).
+    rho None when fewer than 3 points or either side is constant (rho undefined).
     """
-    try:
-        from scipy.stats import spearmanr
-    except ImportError as e:
-        raise ImportError("the study's correlations need scipy, which is not installed: "
-                          "pip install 'ragen2[bench]'") from e
-
     n = len(points)
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     if n < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return {"rho": None, "p": None, "n": n}
-    res = spearmanr(xs, ys)
-    return {"rho": float(res.statistic), "p": float(res.pvalue), "n": n}
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    rho = cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:
+        p = None
+    else:
+        p = float(spearmanr(xs, ys).pvalue)
+    return {"rho": max(-1.0, min(1.0, rho)), "p": p, "n": n}
 
 
-def correlations(study: dict[tuple[str, int], Metrics]) -> dict[str, dict[str, float | int | None]]:
+def correlations(study: dict[RunKey, Metrics]) -> dict[str, dict[str, float | int | None]]:
     """Every :data:`CORRELATIONS` entry over the points pooled from all runs."""
     return {name: spearman([p for m in study.values() for p in paired(m, x, y)])
             for name, (x, y) in CORRELATIONS.items()}
@@ -146,8 +170,8 @@ def arm_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = ARM_KEYS
     return out
 
 
-def _band(study: dict[tuple[str, int], Metrics], arm: str, name: str
-          ) -> tuple[list[int], list[float], list[float], list[float]]:
+def band(study: dict[RunKey, Metrics], arm: str, name: str
+         ) -> tuple[list[int], list[float], list[float], list[float]]:
     """Steps, mean, min, max over the arm's seeds (steps every seed logged)."""
     per_seed = [dict(series(m, name)) for (a, _), m in study.items() if a == arm]
     steps = sorted(set.intersection(*(set(s) for s in per_seed))) if per_seed else []
@@ -155,33 +179,30 @@ def _band(study: dict[tuple[str, int], Metrics], arm: str, name: str
     return steps, [statistics.fmean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
 
 
-def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str, Any]],
-                out_dir: str | Path) -> list[Path]:
-    """``curves.png`` (mean and min-max band over seeds per arm) and ``scatter.png`` (MI and
-    token entropy against held-out success, every pooled point)."""
-    import matplotlib
+CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
+                ("retrieval_acc", "retrieval acc@1"), ("token_entropy", "token entropy (nats)"),
+                ("reward_spread", "group reward std"), ("kept_ratio", "kept ratio"),
+                ("train_success", "training success"), ("h_cond", "conditional entropy H(Z|X)"),
+                ("step_s", "step time (s)"), ("reasoning_tokens", "first-turn reasoning tokens"),
+                ("format_errors", "format error rate (training)"))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def curves_figure(study: dict[RunKey, Metrics]):
+    """Every :data:`CURVE_PANELS` series over steps, per arm: the mean over its runs, band =
+    min..max (at the steps every run of the arm logged); a ``matplotlib.figure.Figure``."""
+    from matplotlib.figure import Figure
+
     arms = list(dict.fromkeys(a for a, _ in study))
-    panels = [("success", "held-out success"), ("mi", "MI (nats)"), ("retrieval_acc", "retrieval acc@1"),
-              ("token_entropy", "token entropy (nats)"), ("reward_spread", "group reward std"),
-              ("kept_ratio", "kept ratio"), ("train_success", "training success"),
-              ("h_cond", "conditional entropy H(Z|X)"), ("step_s", "step time (s)"),
-              ("reasoning_tokens", "first-turn reasoning tokens"),
-              ("format_errors", "format error rate (training)")]
-    fig, axes = plt.subplots(3, 4, figsize=(19, 11))
-    for ax, (name, title) in zip(axes.flat, panels):
+    fig = Figure(figsize=(19, 11), layout="tight")
+    axes = fig.subplots(3, 4)
+    for ax, (name, title) in zip(axes.flat, CURVE_PANELS):
         for i, arm in enumerate(arms):
-            steps, mean, lo, hi = _band(study, arm, name)
+            steps, mean, lo, hi = band(study, arm, name)
             if steps:
                 ax.plot(steps, mean, marker="o", ms=3, label=arm, color=f"C{i}")
                 ax.fill_between(steps, lo, hi, alpha=0.2, color=f"C{i}")
             if name == "mi":  # the permutation floor: MI below it is indistinguishable from 0
-                steps, mean, _, _ = _band(study, arm, "mi_null")
+                steps, mean, _, _ = band(study, arm, "mi_null")
                 if steps:
                     ax.plot(steps, mean, ls=":", color=f"C{i}")
         if name == "mi":
@@ -189,16 +210,21 @@ def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str,
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(CURVE_PANELS):]:
         ax.axis("off")
     axes.flat[0].legend()
     fig.suptitle("per arm: mean over seeds, band = min..max")
-    fig.tight_layout()
-    paths = [out / "curves.png"]
-    fig.savefig(paths[0], dpi=110)
-    plt.close(fig)
+    return fig
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+
+def scatter_figure(study: dict[RunKey, Metrics], corr: dict[str, dict[str, Any]]):
+    """MI and token entropy against held-out success, every pooled point, coloured by arm, with
+    the Spearman rho of ``corr`` in the titles; a ``matplotlib.figure.Figure``."""
+    from matplotlib.figure import Figure
+
+    arms = list(dict.fromkeys(a for a, _ in study))
+    fig = Figure(figsize=(11, 4.5), layout="tight")
+    axes = fig.subplots(1, 2)
     for ax, (name, x, label) in zip(axes, (("mi_vs_success", "mi", "MI (nats)"),
                                            ("entropy_vs_success", "token_entropy", "token entropy (nats)"))):
         for i, arm in enumerate(arms):
@@ -211,11 +237,24 @@ def write_plots(study: dict[tuple[str, int], Metrics], corr: dict[str, dict[str,
         ax.set_xlabel(label)
         ax.set_ylabel("held-out success")
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
-    paths.append(out / "scatter.png")
-    fig.savefig(paths[1], dpi=110)
-    plt.close(fig)
+    if any(ax.get_legend_handles_labels()[0] for ax in axes):
+        axes[0].legend()
+    return fig
+
+
+def write_plots(study: dict[RunKey, Metrics], corr: dict[str, dict[str, Any]],
+                out_dir: str | Path, names: tuple[str, str] = ("curves.png", "scatter.png")
+                ) -> list[Path]:
+    """``curves.png`` (:func:`curves_figure`) and ``scatter.png`` (:func:`scatter_figure`) in
+    ``out_dir`` (other file ``names`` if given)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / names[0], out / names[1]]
+    for fig, path in ((curves_figure(study), paths[0]), (scatter_figure(study, corr), paths[1])):
+        FigureCanvasAgg(fig)
+        fig.savefig(path, dpi=110)
     return paths
 
 
@@ -243,7 +282,7 @@ def reasoning_examples(run_dir: str | Path, per_run: int = 3, step: int | str = 
     return out
 
 
-def load_summaries(run_dirs: dict[tuple[str, int], str | Path]) -> dict[tuple[str, int], dict | None]:
+def load_summaries(run_dirs: dict[RunKey, str | Path]) -> dict[RunKey, dict | None]:
     """``summary.json`` of every run (None where the run has none)."""
     return {key: load_summary(path) for key, path in run_dirs.items()}
 

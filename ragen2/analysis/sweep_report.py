@@ -12,7 +12,16 @@ number, then by name). Per job:
 Writes ``sweep_report.md`` (the markdown table, also printed), ``sweep_report.json`` and
 ``sweep_report.png`` (bars of final success per job, and of final MI when any job has it).
 A job with a corrupt file keeps its row ("—" where unreadable) and gets a warning on stderr.
-A missing or job-less SWEEP_DIR: one line on stderr and exit status 2.
+
+``--group-by KEY[,KEY...]`` (swept override keys, e.g. ``filter.value``; ``ragen2.analysis.arms``):
+jobs with the same values of those keys form an arm; per arm, mean ± std (min–max) over its jobs
+(the seeds) of final success, final MI, final retrieval@1, final token entropy, mean kept ratio,
+mean reward spread and mean step time; the Spearman correlations of ``ragen2.analysis.study``
+(MI vs held-out success, token entropy vs held-out success, ...) over the points of all jobs.
+Added to sweep_report.md / .json and printed; ``sweep_curves.png`` overlays the arms' curves
+(mean line, min–max band) and ``sweep_scatter.png`` shows the correlated points.
+A missing or job-less SWEEP_DIR, or a group-by key no job overrides: one line on stderr and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ragen2.analysis import arms as arms_mod
+from ragen2.analysis import study
 from ragen2.analysis.rollouts import (
     load_metrics,
     load_overrides,
@@ -33,7 +44,8 @@ from ragen2.analysis.rollouts import (
     metric_series,
 )
 
-__all__ = ["COLUMNS", "find_jobs", "job_row", "main", "markdown_table", "write_chart"]
+__all__ = ["COLUMNS", "arms_markdown", "correlations_markdown", "find_jobs", "job_row", "main",
+           "markdown_table", "write_chart"]
 
 PROG = "ragen2-sweep-report"
 _JOB_NUM = re.compile(r"^(\d+)(?:_|$)")
@@ -130,6 +142,28 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([head, rule, *body])
 
 
+def arms_markdown(summary: dict[str, Any], jobs: dict[str, int]) -> str:
+    """One markdown row per arm: its job count and mean ± std (min–max) of ``arms.ARM_KEYS``."""
+    keys = arms_mod.ARM_KEYS
+    head = "| arm | jobs | " + " | ".join(keys.values()) + " |"
+    rule = "|---|---:|" + "---:|" * len(keys)
+    body = [f"| {_cell(arm, None)} | {n} | "
+            + " | ".join(arms_mod.stat_text(summary["arms"].get(arm, {}).get(k), n,
+                                            2 if k == "mean_step_s" else 3) for k in keys) + " |"
+            for arm, n in jobs.items()]
+    return "\n".join([head, rule, *body])
+
+
+def correlations_markdown(corr: dict[str, dict[str, Any]]) -> str:
+    """One markdown row per correlation of ``study.CORRELATIONS``: rho, p and the point count."""
+    lines = ["| correlation | x | y | Spearman rho | p | points |", "|---|---|---|---:|---:|---:|"]
+    for name, (x, y) in study.CORRELATIONS.items():
+        c = corr[name]
+        lines.append(f"| {name} | {study.SERIES[x]} | {study.SERIES[y]} | {_cell(c['rho'], 3)} "
+                     f"| {_cell(c['p'], 3)} | {c['n']} |")
+    return "\n".join(lines)
+
+
 def write_chart(rows: list[dict[str, Any]], path: str | Path) -> None:
     """Bars of final success per job (and of final MI when any job has it) into a PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -162,6 +196,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Summary table of a ragen2 Hydra multirun sweep.")
     p.add_argument("sweep_dir", type=Path, help="the sweep directory (one subdirectory per job)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default SWEEP_DIR)")
+    p.add_argument("--group-by", default=None, metavar="KEY[,KEY...]",
+                   help="override keys whose values form an arm (e.g. filter.value): adds the "
+                        "per-arm table, the correlations and sweep_curves.png")
     return p
 
 
@@ -184,17 +221,41 @@ def main(argv: list[str] | None = None) -> int:
         for err in r["errors"]:
             print(f"{PROG}: warning: job {r['job']}: {err}", file=sys.stderr)
     table = markdown_table(rows)
+    doc: dict[str, Any] = {"sweep_dir": str(sweep), "jobs": rows}
+    text = table
+    if args.group_by is not None:
+        try:
+            group_by = arms_mod.parse_group_by(args.group_by)
+            runs = arms_mod.group_jobs(rows, group_by)
+        except ValueError as e:
+            _fail(str(e))
+        summary = arms_mod.summarise(runs)
+        for skip in summary["skipped"]:
+            print(f"{PROG}: warning: job {skip['job']} left out of the arms: {skip['reason']}",
+                  file=sys.stderr)
+        n_jobs = arms_mod.jobs_per_arm(runs)
+        text += (f"\n\n## Arms (grouped by {', '.join(group_by)})\n\n"
+                 + arms_markdown(summary, n_jobs)
+                 + "\n\n## Correlations (Spearman, points of all jobs)\n\n"
+                 + correlations_markdown(summary["correlations"]))
+        doc.update(group_by=group_by, arms=summary["arms"], correlations=summary["correlations"],
+                   arm_of_job={job: arm for arm, job in runs})
     out = args.out if args.out is not None else sweep
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "sweep_report.md").write_text(f"# Sweep {sweep}\n\n{table}\n")
+        (out / "sweep_report.md").write_text(f"# Sweep {sweep}\n\n{text}\n")
         (out / "sweep_report.json").write_text(
-            json.dumps({"sweep_dir": str(sweep), "jobs": rows}, indent=1, allow_nan=False) + "\n")
+            json.dumps(doc, indent=1, allow_nan=False) + "\n")
         write_chart(rows, out / "sweep_report.png")
+        extra = ""
+        if args.group_by is not None and summary["metrics"]:
+            study.write_plots(summary["metrics"], summary["correlations"], out,
+                              names=("sweep_curves.png", "sweep_scatter.png"))
+            extra = ", sweep_curves.png, sweep_scatter.png"
     except (OSError, ValueError) as e:
         _fail(str(e))
-    print(table)
-    print(f"\nwrote {out / 'sweep_report.md'}, sweep_report.json and sweep_report.png in {out}")
+    print(text)
+    print(f"\nwrote {out / 'sweep_report.md'}, sweep_report.json and sweep_report.png{extra} in {out}")
     return 0
 
 
