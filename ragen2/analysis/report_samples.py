@@ -5,7 +5,8 @@ Two sources; the fixed panel wins where the run has one:
                                       "prompt", "reasoning": [str, ...], "answers": [str, ...]}
     RUN_DIR/rollouts/step_*.jsonl.gz  the rollout archive (``load_rollouts``): episodes grouped
                                       by (env, env_seed), the first action as the answer
-Either way a step is a list of prompts ``{"key", "env", "prompt", "reasoning", "answers"}``.
+Either way a step is a list of prompts ``{"key", "env", "prompt", "reasoning", "answers"}``
+(key: "ENV KEY" for the panel, "ENV seed SEED" for the archive).
 
 Template mining: a word n-gram (``ngram_signature``: casefolded runs of letters and digits) is a
 template candidate when the reasoning of a large share of the prompts contains it; the share
@@ -44,7 +45,9 @@ def _panel_record(rec: Any, where: str) -> Prompt:
     if not isinstance(reasoning, list) or not all(r is None or isinstance(r, str) for r in reasoning):
         raise ValueError(f"{where}: \"reasoning\" must be a list of strings")
     answers = rec.get("answers") if isinstance(rec.get("answers"), list) else []
-    return {"key": str(rec["key"]), "env": rec.get("env"), "prompt": rec.get("prompt"),
+    env = rec.get("env")  # two envs of a mix may use the same panel key (a seed)
+    key = f"{env} {rec['key']}" if env is not None else str(rec["key"])
+    return {"key": key, "env": env, "prompt": rec.get("prompt"),
             "reasoning": reasoning, "answers": answers}
 
 

@@ -88,7 +88,7 @@ def sweep_report(sweep: Path, jobs: list[Path], out: Path, *, group_by: str | No
             "<h2>Arms</h2><p>Per arm: mean ± std (min–max) over its jobs.</p>"
             + _arms_table(summary, n_jobs)]
     if summary["metrics"]:
-        body.append("<h2>Curves per arm</h2><figure id=\"fig-sweep-curves\">"
+        body.append("<h2>Curves per arm</h2><figure class=\"wide\" id=\"fig-sweep-curves\">"
                     + png_img(png_bytes(study.curves_figure(summary["metrics"]), dpi=70),
                               "curves per arm") + "</figure>")
         body.append("<h2>Correlations</h2><p>Spearman's rho over the (step, job) points where both "

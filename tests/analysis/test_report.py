@@ -75,7 +75,7 @@ def full_page(tmp_path_factory) -> str:
 def test_template_ngrams_by_hand(run):
     source, steps = load_samples(run)
     assert source.startswith("panel/") and list(steps) == [1, 4]
-    assert [p["key"] for p in steps[4]] == list(STEP4)
+    assert [p["key"] for p in steps[4]] == [f"grid {k}" for k in STEP4]
     assert template_ngrams(steps[4], 3) == TEMPLATES
     # step 1 names its map: only "has a hole" / "a hole at" / "hole at row" are shared
     assert template_ngrams(steps[1], 3) == [(("a", "hole", "at"), 1.0), (("has", "a", "hole"), 1.0),
