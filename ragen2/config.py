@@ -395,6 +395,21 @@ class MonitorConfig:
     turn_negatives: Optional[int] = 7
     turn_uniform: bool = False  # also pairs drawn uniformly over all turns (collapse/turn_uniform/*)
     action_mi: bool = True  # I(A; Z | X) on the first turn (collapse/action/*)
+    # the fixed probe panel (collapse/panel/*): held-out prompts measured at step 0 and every
+    # `every` steps with fresh first-turn samples, bootstrap 95% intervals over its prompts
+    panel_size: int = 32  # distinct prompts (0 = off)
+    panel_samples: int = 4  # reasoning samples per panel prompt
+    panel_bootstrap: int = 200  # bootstrap resamples
+    panel_permutations: int = 200  # permutation-null draws (its 95th percentile is the floor)
+    # collapse alert (collapse/alert): the panel MI's lower bound at or under the floor for
+    # `alert_patience` measurements in a row while held-out success gains no more than
+    # `alert_min_gain`; then warn (log + print), rollback (the newest healthy checkpoint, and a
+    # stronger filter: README "Collapse alert") or stop
+    alert_patience: int = 3
+    alert_min_gain: float = 0.0
+    on_collapse: str = "warn"  # warn | rollback | stop
+    max_rollbacks: int = 2  # later alerts only warn
+    rollback_filter_factor: float = 0.75  # the kept share shrinks by this factor per rollback
     grad_snr_every: int = 0  # gradient-SNR diagnostic cadence in steps (0 = off)
     grad_snr_buckets: int = 3  # reward-spread quantile buckets
 
@@ -405,8 +420,18 @@ class MonitorConfig:
         for n in ("every", "max_negatives", "grad_snr_every"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = off / all)")
-        _positive(self, p, "permutations", "grad_snr_buckets")
+        _positive(self, p, "permutations", "grad_snr_buckets", "alert_patience", "max_rollbacks")
         _check(0 <= self.ema < 1, f"{p}.ema", self.ema, "must be in [0, 1)")
+        _check(self.panel_size == 0 or self.panel_size >= 2, f"{p}.panel_size", self.panel_size,
+               "0 (off) or >= 2 prompts")
+        _check(self.panel_samples >= 1, f"{p}.panel_samples", self.panel_samples, "must be >= 1")
+        _check(self.panel_bootstrap >= 2, f"{p}.panel_bootstrap", self.panel_bootstrap,
+               "must be >= 2 resamples")
+        _positive(self, p, "panel_permutations")
+        _choice(self, p, "on_collapse", ("warn", "rollback", "stop"))
+        _check(self.alert_min_gain >= 0, f"{p}.alert_min_gain", self.alert_min_gain, "must be >= 0")
+        _check(0 < self.rollback_filter_factor < 1, f"{p}.rollback_filter_factor",
+               self.rollback_filter_factor, "in (0, 1): the kept share is multiplied by it")
 
 
 @dataclass
@@ -468,6 +493,8 @@ class TrainerConfig:
 
         _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "max_nonfinite_steps",
                   "keep_checkpoints", "save_rollouts_max_mb")
+        _check(self.eval_episodes <= 2**30, f"{p}.eval_episodes", self.eval_episodes,
+               "at most 2**30 (held-out seeds must stay below the probe panel's)")
         _check(self.save_rollouts_every >= 0, f"{p}.save_rollouts_every", self.save_rollouts_every,
                "must be >= 0 (0 = off)")
         for n in ("save_every", "eval_every"):
@@ -653,6 +680,11 @@ class Config:
                    f"at most engine.max_model_len={self.engine.max_model_len} (a turn's prompt "
                    "plus its generation must fit the engine): raise engine.max_model_len or "
                    "lower rollout.max_context_tokens")
+        m = self.monitor
+        if m.on_collapse != "warn":  # the alert reads the probe panel
+            _check(m.name == "mi" and m.panel_size > 0 and m.every > 0, "monitor.on_collapse",
+                   m.on_collapse, "rollback or stop need the probe panel (monitor.name=mi, "
+                   "monitor.panel_size > 0, monitor.every > 0); warn works without it")
         n_eps = self.rollout.env_groups * self.rollout.group_size
         _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
                self.algorithm.ppo_mini_batches,

@@ -143,6 +143,12 @@ class Controller:
             m = cfg.monitor
             self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed,
                                      m.turn_negatives, m.turn_uniform)
+        self.panel = self._make_panel() if cfg.monitor.name == "mi" and cfg.monitor.panel_size else None
+        from ragen2.collapse.alert import CollapseAlert
+
+        self.alert = CollapseAlert(cfg.monitor.alert_patience, cfg.monitor.alert_min_gain)
+        self.panel_verdict: dict[str, Any] | None = None  # the last panel measurement's
+        self.rollbacks = 0
         from ragen2.models.loading import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code)
@@ -255,6 +261,106 @@ class Controller:
                 attempt += 1
                 if attempt > self.pool.max_restarts or not self.pool.revive():
                     raise  # out of restarts, or the actor that died is no rollout worker
+
+    # ------------------------------------------------------------- probe panel
+    def _make_panel(self) -> Any:
+        """The fixed probe panel over the training envs (split by share), or None (logged) when
+        the envs have fewer than 2 distinct first observations."""
+        from ragen2.collapse.panel import ProbePanel, choose_panel
+        from ragen2.rollout.envs import make_env
+        from ragen2.rollout.runner import _as_text
+
+        m, entries = self.cfg.monitor, {e.name: e for e in self.train_envs}
+        envs: dict[str, Any] = {}
+
+        def observe(name: str, seed: int) -> str:
+            if name not in envs:
+                envs[name] = make_env(entries[name].id, entries[name].kwargs)
+            return _as_text(envs[name].reset(seed=seed)[0])
+
+        counts = allocate(m.panel_size, [e.share for e in self.train_envs])
+        prompts = choose_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], observe)
+        for env in envs.values():
+            env.close()
+        if len(prompts) < 2:
+            log.warning("probe panel off: the training envs gave %d distinct first observations",
+                        len(prompts))
+            return None
+        return ProbePanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
+                          self.cfg.seed)
+
+    def panel_due(self, step: int) -> bool:
+        every = self.cfg.monitor.every
+        return self.panel is not None and (step == 0 or (every > 0 and step % every == 0))
+
+    def measure_panel(self, step: int) -> dict[str, float]:
+        """``collapse/panel/*``: fresh first turns of the current policy on the panel, scored by
+        the learner; the samples go to ``panel/step_XXXXXX.jsonl``."""
+        from ragen2.collapse.panel import write_records
+
+        t0 = time.perf_counter()
+        n = len(self.workers)
+        trajs, _ = self._gather("rollout", self.panel.specs(),
+                                [seeding.panel_sampling_seed(self.cfg.seed, step, i) for i in range(n)],
+                                [self.version] * n, [False] * n, [1] * n)
+        m = self.panel.measure(trajs, self.learners.score, step)
+        write_records(self.run_dir, step, self.panel.records(trajs, step, self.eos_text))
+        if "collapse/panel/healthy" in m:
+            self.panel_verdict = {"step": step, "healthy": bool(m["collapse/panel/healthy"])}
+        m["timing/panel_s"] = time.perf_counter() - t0
+        return m
+
+    def check_collapse(self, step: int, m: dict[str, float]) -> str | None:
+        """Feed this step's panel measurement to the alert; on an alert act as
+        ``monitor.on_collapse`` says. Returns a stop reason for ``stop``, else None."""
+        if "collapse/panel/mi_lo" not in m:
+            return None
+        evidence = self.alert.observe_panel(step, m["collapse/panel/mi_lo"],
+                                            m["collapse/panel/mi_floor"])
+        m["collapse/alert"] = float(evidence is not None)
+        if evidence is None:
+            return None
+        mon = self.cfg.monitor
+        print(f"[ragen2] collapse alert at step {step}: {evidence}", flush=True)
+        if mon.on_collapse == "stop":
+            return f"collapse alert: {evidence}"
+        if mon.on_collapse == "rollback":
+            if self.rollbacks >= mon.max_rollbacks:
+                print(f"[ragen2] no rollback: monitor.max_rollbacks={mon.max_rollbacks} reached",
+                      flush=True)
+            elif (target := self.healthy_checkpoint()) is None:
+                print("[ragen2] no rollback: no kept checkpoint has a healthy panel MI "
+                      "(raise trainer.keep_checkpoints or save more often)", flush=True)
+            else:
+                print(f"[ragen2] {self.rollback(target, step)}", flush=True)
+                m["collapse/rollback"] = 1.0
+        m["collapse/rollbacks"] = float(self.rollbacks)
+        return None
+
+    def healthy_checkpoint(self) -> Path | None:
+        """The newest checkpoint whose own weights the panel measured healthy (its MI interval
+        cleared the floor at the step the checkpoint was written)."""
+        for ckpt in reversed(checkpoint.complete(self.run_dir)):
+            try:
+                state = checkpoint.read_state(ckpt)
+            except (OSError, ValueError):
+                continue
+            verdict = (state.get("controller") or {}).get("panel") or {}
+            if verdict.get("healthy") is True and verdict.get("step") == state.get("step"):
+                return ckpt
+        return None
+
+    def rollback(self, target: Path, step: int) -> str:
+        """Restore ``target``'s learner (weights, optimiser, reference, RNG, version), push it to
+        the engines and filter harder (``FilterPipeline.strengthen``). Steps keep counting on."""
+        self.version = self.learners.call("load", str(target))[0]
+        self.push_weights()
+        change = self.filter.strengthen(self.cfg.monitor.rollback_filter_factor)
+        self.rollbacks += 1
+        # the weights the run continues from are the ones the panel measured healthy
+        self.panel_verdict = {"step": step, "healthy": True}
+        return (f"rolled back to {target.name} (policy version {self.version}) and continue "
+                f"with a stronger filter: {change}")
 
     # ------------------------------------------------------------- warm start
     def warm_start_key(self) -> str:
@@ -451,20 +557,29 @@ class Controller:
                 (f"the previous checkpoint {prev.name} is intact: free space (or fix permissions) "
                  "and rerun with trainer.resume=true" if prev else "there is no earlier checkpoint")
             ) from e
-        checkpoint.prune(self.run_dir, self.cfg.trainer.keep_checkpoints)
+        protect = []
+        if self.cfg.monitor.on_collapse == "rollback" and (h := self.healthy_checkpoint()):
+            protect.append(h)  # the rollback target outlives keep_checkpoints
+        checkpoint.prune(self.run_dir, self.cfg.trainer.keep_checkpoints, protect)
         return final
 
     def state_dict(self) -> dict[str, Any]:
-        """Filter history, monitor EMA and run-health inputs: JSON, saved with each checkpoint."""
+        """Filter history, monitor EMA, run-health inputs and the collapse alert's state: JSON,
+        saved with each checkpoint (``panel`` marks a rollback target)."""
         return {"filter": self.filter.state_dict(),
                 "monitor": self.monitor.state_dict() if self.monitor is not None else None,
-                "health": self.health}
+                "health": self.health, "panel": self.panel_verdict,
+                "alert": self.alert.state_dict(), "rollbacks": self.rollbacks}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.filter.load_state_dict(state["filter"])
         if self.monitor is not None and state.get("monitor") is not None:
             self.monitor.load_state_dict(state["monitor"])
         self.health = state["health"]
+        self.panel_verdict = state.get("panel")
+        if state.get("alert") is not None:
+            self.alert.load_state_dict(state["alert"])
+        self.rollbacks = int(state.get("rollbacks", 0))
 
     def shutdown(self) -> None:
         self.learners.shutdown()
@@ -523,9 +638,16 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 row.update(ctl.warm_start())
             row.update(ctl.push_weights())
             row.update(ctl.evaluate(0))
+            ctl.alert.observe_eval(0, row["eval/success"])
             state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
             print(f"[ragen2] held-out success before RL: {row['eval/success']:.3f} "
                   f"({tr.eval_episodes} episodes)", flush=True)
+            if ctl.panel_due(0):
+                row.update(ctl.measure_panel(0))
+                ctl.check_collapse(0, row)
+                if cfg.monitor.on_collapse == "rollback":  # the warm start: a rollback target
+                    state["controller"] = ctl.state_dict()
+                    ctl.save(0, state)
             logger.log(0, row)
 
         save_pending = False
@@ -555,13 +677,19 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                     "(a higher filter.value, filter.include_zero=true) or raise rollout.group_size")
             if "rollout/in_group_reward_std" in m:
                 stop_reason = stopper.step(m["rollout/in_group_reward_std"])
+            if ctl.panel_due(step):
+                m.update(ctl.measure_panel(step))
             scheduled = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
             if scheduled or stop_reason:  # (a run that stops early is measured where it ended)
                 m.update(ctl.evaluate(step))
                 m.update(ctl.diagnose(m["eval/success"]))
+                ctl.alert.observe_eval(step, m["eval/success"])
                 state["eval_last"] = m["eval/success"]
                 if scheduled:
                     stop_reason = stop_reason or stopper.evaluation(m["eval/success"])
+            collapse_stop = ctl.check_collapse(step, m)  # may roll the learner back
+            stop_reason = stop_reason or collapse_stop
+            save_pending |= m.get("collapse/rollback", 0.0) > 0  # resume must see the rollback
             if stop_reason:
                 m["trainer/early_stop"] = 1.0
             state["early_stop"] = stopper.state_dict()

@@ -2,7 +2,8 @@
 
 Resume therefore needs no hidden generator state: step s of seed k always sees the same env
 seeds and sampling seeds. Training env seeds lie in [0, 2**31); held-out evaluation seeds lie in
-[2**31, 2**31 + n) and so can never be trained on.
+[2**31, 2**31 + n) and the MI monitor's fixed probe panel in [2**31 + 2**30, ...), so neither can
+ever be trained on, and the two held-out sets never meet.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import numpy as np
 
 TRAIN_SEED_LIMIT = 2**31
 EVAL_SEED_BASE = 2**31
+PANEL_SEED_BASE = 2**31 + 2**30
 
 _GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE, _POOL, _TURN, _REQUEST = 1, 2, 3, 4, 6, 7, 8  # 5: prompt_rng
+_PANEL_SAMPLE, _PANEL_BOOT = 9, 10
 REQUEST_SEED_LIMIT = 2**63  # engines take 64-bit seeds: collisions among a step's requests ~1e-13
 
 
@@ -39,6 +42,21 @@ def demo_seed(seed: int, episode: int) -> int:
 def eval_seed(index: int) -> int:
     """Held-out env seed ``index`` (the same set for every run, so runs are comparable)."""
     return EVAL_SEED_BASE + index
+
+
+def panel_seed(index: int) -> int:
+    """Env seed ``index`` of the MI monitor's probe panel (the same for every run and step)."""
+    return PANEL_SEED_BASE + index
+
+
+def panel_sampling_seed(seed: int, step: int, worker: int) -> int:
+    """Sampling seed of one worker's share of the probe panel's reasoning samples at ``step``."""
+    return _draw(seed, _PANEL_SAMPLE, step, worker)
+
+
+def panel_bootstrap_seed(seed: int, step: int) -> int:
+    """Seed of the probe panel's bootstrap resamples and permutations at ``step``."""
+    return _draw(seed, _PANEL_BOOT, step)
 
 
 def sampling_seed(seed: int, step: int, worker: int) -> int:

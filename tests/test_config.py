@@ -55,11 +55,25 @@ def test_free_form_kwargs_are_allowed():
     ("rollout.max_worker_restarts=-1", "rollout.max_worker_restarts"),
     ("trainer.early_stop.spread_frac=1.5", "trainer.early_stop.spread_frac"),
     ("trainer.early_stop.eval_patience=0", "trainer.early_stop.eval_patience"),
+    ("monitor.panel_size=1", "monitor.panel_size"),
+    ("monitor.panel_bootstrap=1", "monitor.panel_bootstrap"),
+    ("monitor.on_collapse=retry", "monitor.on_collapse"),
+    ("monitor.rollback_filter_factor=1", "monitor.rollback_filter_factor"),
+    ("monitor.alert_patience=0", "monitor.alert_patience"),
+    ("trainer.eval_episodes=2000000000", "trainer.eval_episodes"),  # would reach the panel seeds
 ])
 def test_out_of_range_values(override, key):
     with pytest.raises(ConfigError) as e:
         load_config([override])
     assert e.value.key == key
+
+
+@pytest.mark.parametrize("off", ["monitor.panel_size=0", "monitor.name=none", "monitor.every=0"])
+def test_a_collapse_rollback_needs_the_probe_panel(off):
+    load_config(["monitor.on_collapse=rollback"])
+    with pytest.raises(ConfigError, match="probe panel") as e:
+        load_config(["monitor.on_collapse=rollback", off])
+    assert e.value.key == "monitor.on_collapse"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -34,10 +34,12 @@ from torch import Tensor
 
 __all__ = [
     "EMA",
+    "bootstrap_intervals",
     "choose_negatives",
     "mutual_information",
     "mutual_information_subsampled",
     "permutation_null",
+    "resample_statistics",
 ]
 
 
@@ -394,6 +396,7 @@ def permutation_null(
     Returns:
         dict of floats: ``mi`` (observed, same arithmetic as ``mutual_information``),
         ``mi_null`` (mean of the P null values), ``mi_null_std`` (their population std),
+        ``mi_null_q95`` (their 95th percentile, linear interpolation: the permutation floor),
         ``p_value`` = (1 + #{null mi >= observed mi}) / (1 + P), ``num_permutations`` = P.
         An input-blind policy (identical columns) gives null == observed for every permutation,
         hence p_value = 1; a strongly input-dependent one gives p_value = 1 / (1 + P).
@@ -420,9 +423,93 @@ def permutation_null(
         "mi": float(observed),
         "mi_null": float(null.mean()),
         "mi_null_std": float(null.std(correction=0)),
+        "mi_null_q95": float(torch.quantile(null, 0.95)),
         "p_value": (1.0 + float((null >= observed).sum())) / (1.0 + num_permutations),
         "num_permutations": float(num_permutations),
     }
+
+
+def bootstrap_intervals(
+    logp: Tensor,
+    owner: Tensor,
+    *,
+    num_resamples: int = 200,
+    level: float = 0.95,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """Percentile bootstrap intervals over prompts of ``mi``, ``h_cond`` and ``retrieval_acc@1``.
+
+    The prompt is the unit: one resample draws N prompts with replacement (counts c_j) and keeps
+    every sample of each drawn prompt c_j times; the estimates are averages of per-sample terms
+    (:func:`resample_statistics`), so a resample's value is their c-weighted mean. Every sample
+    stays scored against all N prompts: re-weighting the columns too would make the marginal
+    log(sum_j c_j p(z|x_j) / N) a log of a randomly weighted sum, whose Jensen gap biases the
+    resampled MI upwards (measured: the whole interval lay above the estimate). The interval is
+    the ((1 - level) / 2, (1 + level) / 2) quantile pair (linear interpolation) of B resamples.
+
+    Args:
+        logp: (S, N) float, every entry finite.
+        owner: (S,) integer prompt index of each sample in [0, N).
+        num_resamples: B >= 2.
+        level: interval coverage in (0, 1).
+        generator: torch.Generator for reproducible resamples.
+    Returns:
+        ``{mi,h_cond,retrieval_acc@1}_{lo,hi}`` and ``num_resamples``.
+    Raises:
+        ValueError: as :func:`permutation_null` (non-finite entries included), B < 2, bad level.
+    """
+    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 2:
+        raise ValueError(f"num_resamples must be an integer >= 2, got {num_resamples!r}")
+    if not (isinstance(level, (int, float)) and 0.0 < level < 1.0):
+        raise ValueError(f"level must be a coverage in (0, 1), got {level!r}")
+    scores = _as_score_matrix(logp, "logp")
+    S, N = scores.shape
+    own = _as_index_vector(owner, "owner", S, N, "N").to(scores.device)
+    if not torch.isfinite(scores).all():
+        raise ValueError(
+            f"bootstrap_intervals needs every entry of logp finite, found a non-finite one at "
+            f"(sample, prompt) {_first_where(~torch.isfinite(scores))}")
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    draws = torch.randint(N, (num_resamples, N), generator=generator, device=gen_device)
+    counts = torch.zeros((num_resamples, N), dtype=torch.float64, device=scores.device)
+    counts.scatter_add_(1, draws.to(scores.device), torch.ones_like(counts))  # (B, N)
+    stats = resample_statistics(scores, own, counts)
+    q = torch.tensor([(1.0 - level) / 2, (1.0 + level) / 2], dtype=torch.float64,
+                     device=scores.device)
+    out: dict[str, float] = {"num_resamples": float(num_resamples)}
+    for name, v in stats.items():
+        lo, hi = torch.quantile(v, q).tolist()
+        out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
+    return out
+
+
+def resample_statistics(logp: Tensor, owner: Tensor, counts: Tensor) -> dict[str, Tensor]:
+    """``mi``, ``h_cond`` and ``retrieval_acc@1`` of B prompt-weighted resamples.
+
+    Per sample (as in :func:`mutual_information` without ``prompt_keys``, all N prompts scored):
+    pmi_s = matched_s - marginal_s, -matched_s and hit_s = [no other prompt scores higher] /
+    (1 + #other prompts scoring the same); a resample's statistic is their mean weighted by
+    w_s = counts[b, owner[s]]. With all counts 1 this is the point estimate.
+
+    Args:
+        logp: (S, N) finite float64 scores (validated by the caller).
+        owner: (S,) long prompt index of each sample.
+        counts: (B, N) float64 multiplicity of each prompt in each resample (0 = left out).
+    Returns:
+        name -> (B,) float64.
+    """
+    S, N = logp.shape
+    matched = logp.gather(1, owner[:, None]).squeeze(1)  # (S,)
+    marginal = torch.logsumexp(logp, dim=1) - math.log(N)
+    others = torch.ones((S, N), dtype=torch.bool, device=logp.device)
+    others.scatter_(1, owner[:, None], False)
+    greater = ((logp > matched[:, None]) & others).sum(1)
+    tied = ((logp == matched[:, None]) & others).sum(1)
+    hit = (greater == 0).double() / (1.0 + tied.double())  # (S,)
+    w = counts[:, owner]  # (B, S)
+    total = w.sum(1)
+    return {"mi": w @ (matched - marginal) / total, "h_cond": -(w @ matched) / total,
+            "retrieval_acc@1": w @ hit / total}
 
 
 class EMA:

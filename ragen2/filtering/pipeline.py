@@ -9,6 +9,7 @@ gives each kept sample its loss weight. Its state is JSON, saved with every chec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Sequence
 
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 
 from ragen2.filtering.scores import GroupBatch, group_scores, reward_std
-from ragen2.filtering.select import ZERO_EPS, filter_metrics, loss_scale, select_groups
+from ragen2.filtering.select import (GROUP_SELECTORS, ZERO_EPS, filter_metrics, loss_scale,
+                                     select_groups)
 from ragen2.filtering.snr import TieredSNR, prompt_rng, template_score
 
 log = logging.getLogger("ragen2")
@@ -45,6 +47,25 @@ class FilterPipeline:
             perturb_threshold=t.perturb_threshold,
             perturb_temperature=t.perturb_temperature) if t.enabled else None
         self._warned_at = -10**9
+        self.strengthened: list[float] = []  # the factors of every strengthen() so far
+
+    def strengthen(self, factor: float) -> str:
+        """Filter harder after a collapse rollback; returns what changed. The rule: groups without
+        reward spread are dropped (``include_zero=false``) and the kept share shrinks by
+        ``factor`` (``Strategy.stronger``: p -> p x factor for top_p / top_p_softmax / top_k,
+        k -> max(1, floor(k x factor)) for top_k_abs, p -> 1 - (1 - p) x factor for min_p);
+        ``strategy=none`` becomes top_p on reward_std at p = factor."""
+        c = self.cfg
+        if c.strategy == "none":
+            new = dataclasses.replace(c, strategy="top_p", value=factor, metric="reward_std",
+                                      include_zero=False)
+        else:
+            new = dataclasses.replace(c, value=GROUP_SELECTORS.get(c.strategy).stronger(
+                float(c.value), factor), include_zero=False)
+        self.cfg = new
+        self.strengthened.append(float(factor))
+        return (f"filter {c.strategy} value {c.value} include_zero {c.include_zero} -> "
+                f"{new.strategy} value {new.value:g} include_zero false")
 
     # ----------------------------------------------------------- prompts (tiered mode)
     def prompts(self, step: int, counts: Sequence[int]) -> tuple[list[int], list[float]] | None:
@@ -112,8 +133,13 @@ class FilterPipeline:
         return loss_scale(kept_fraction, self.cfg.loss_scale) if kept_fraction > 0 else 1.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"tiered": self.tiered.state_dict() if self.tiered is not None else None}
+        return {"tiered": self.tiered.state_dict() if self.tiered is not None else None,
+                "strengthened": list(self.strengthened)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.tiered is not None and state.get("tiered") is not None:
             self.tiered.load_state_dict(state["tiered"])
+        if self.strengthened:
+            raise RuntimeError("load_state_dict on a FilterPipeline that was already strengthened")
+        for factor in state.get("strengthened", []):
+            self.strengthen(factor)

@@ -48,6 +48,9 @@ class Strategy:
 
     keep: Callable[[Tensor, float, float, bool], Tensor]
     check_value: Callable[[str, Any], float]
+    #: (value, factor in (0, 1)) -> the value that keeps about ``factor`` x as much (collapse
+    #: rollback: ``FilterPipeline.strengthen``)
+    stronger: Callable[[float, float], float]
     nonnegative_scores: bool = False
     has_smallest: bool = True  # min_p has no keep-smallest form
 
@@ -134,11 +137,25 @@ def min_p(s: Tensor, p: float, temperature: float = 1.0, ascending: bool = False
     return torch.nonzero(s >= p * top - _REL_TOL * abs(top)).reshape(-1)
 
 
-GROUP_SELECTORS.add("top_p", Strategy(top_p_linear, _fraction, nonnegative_scores=True))
-GROUP_SELECTORS.add("top_p_softmax", Strategy(top_p_softmax, _fraction))
-GROUP_SELECTORS.add("top_k", Strategy(top_k_fraction, _fraction))
-GROUP_SELECTORS.add("top_k_abs", Strategy(top_k_count, _count))
-GROUP_SELECTORS.add("min_p", Strategy(min_p, _fraction, nonnegative_scores=True, has_smallest=False))
+def _shrink_share(v: float, f: float) -> float:  # a kept share (of mass or of groups)
+    return v * f
+
+
+def _shrink_count(v: float, f: float) -> float:  # a kept count, at least one group
+    return float(max(1, math.floor(v * f)))
+
+
+def _raise_threshold(v: float, f: float) -> float:  # a threshold relative to the best score
+    return 1.0 - (1.0 - v) * f
+
+
+GROUP_SELECTORS.add("top_p", Strategy(top_p_linear, _fraction, _shrink_share,
+                                      nonnegative_scores=True))
+GROUP_SELECTORS.add("top_p_softmax", Strategy(top_p_softmax, _fraction, _shrink_share))
+GROUP_SELECTORS.add("top_k", Strategy(top_k_fraction, _fraction, _shrink_share))
+GROUP_SELECTORS.add("top_k_abs", Strategy(top_k_count, _count, _shrink_count))
+GROUP_SELECTORS.add("min_p", Strategy(min_p, _fraction, _raise_threshold, nonnegative_scores=True,
+                                      has_smallest=False))
 KEEP_MODES = ("largest", "smallest")
 
 

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 STATE_FILE = "trainer_state.json"
 _NAME = re.compile(r"step_\d{6,}")
@@ -109,12 +109,19 @@ def latest(run_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+def complete(run_dir: str | Path) -> list[Path]:
+    """Every complete checkpoint, oldest first."""
+    root = checkpoint_root(run_dir)
+    return sorted((p for p in root.glob("step_*") if _complete(p)), key=lambda p: int(p.name[5:]))
+
+
 def read_state(ckpt: Path) -> dict[str, Any]:
     return json.loads((ckpt / STATE_FILE).read_text())
 
 
-def prune(run_dir: str | Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints (and stale temporaries).
+def prune(run_dir: str | Path, keep: int, protect: Collection[Path] = ()) -> None:
+    """Delete all but the newest ``keep`` complete checkpoints (and stale temporaries); those in
+    ``protect`` (the collapse rollback's target) are kept besides.
 
     A pruned checkpoint loses its trainer state first, so a crash mid-deletion leaves nothing
     that :func:`latest` would take for complete."""
@@ -123,6 +130,9 @@ def prune(run_dir: str | Path, keep: int) -> None:
         shutil.rmtree(p, ignore_errors=True)
     done = sorted((p for p in root.glob("step_*") if _NAME.fullmatch(p.name)),
                   key=lambda p: int(p.name[5:]))
+    kept = {Path(p).resolve() for p in protect}
     for p in done[:-keep] if keep > 0 else []:
+        if p.resolve() in kept:
+            continue
         (p / STATE_FILE).unlink(missing_ok=True)
         shutil.rmtree(p, ignore_errors=True)

@@ -64,9 +64,10 @@ class RolloutWorker:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def _run(self, specs: Sequence[EpisodeSpec], policy) -> RolloutResult:
+    def _run(self, specs: Sequence[EpisodeSpec], policy, max_turns: int | None = None) -> RolloutResult:
         r, stats = self.cfg.rollout, {}
-        trajs = run_episodes(specs, self.make_env, self.renderer, policy, max_turns=r.max_turns,
+        trajs = run_episodes(specs, self.make_env, self.renderer, policy,
+                             max_turns=min(r.max_turns, max_turns or r.max_turns),
                              format_penalty=self.penalties,
                              max_context_tokens=r.max_context_tokens,
                              max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs,
@@ -75,13 +76,14 @@ class RolloutWorker:
         return trajs, stats
 
     def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,
-                evaluation: bool = False) -> RolloutResult:
-        """Sample episodes with the current policy, refusing to run a stale one."""
+                evaluation: bool = False, max_turns: int | None = None) -> RolloutResult:
+        """Sample episodes with the current policy, refusing to run a stale one; ``max_turns``
+        cuts them short (the probe panel needs first turns only)."""
         if self.engine.policy_version != expected_version:
             raise StalePolicyError(f"worker {self.worker_id} holds policy version "
                                    f"{self.engine.policy_version}, step expects {expected_version}")
         params = sampling_params(self.cfg, seed, evaluation)
-        return self._run(specs, EngineTurnPolicy(self.engine, params))
+        return self._run(specs, EngineTurnPolicy(self.engine, params), max_turns)
 
     def demonstrate(self, specs: Sequence[EpisodeSpec], random_action_prob: float,
                     seed: int) -> RolloutResult:

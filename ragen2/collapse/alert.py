@@ -1,0 +1,70 @@
+"""Collapse alert: the probe panel stops seeing input dependence while held-out success stalls.
+
+Rule (``monitor.alert_patience`` = K, ``monitor.alert_min_gain`` = g):
+
+* a panel measurement is *below the floor* when its bootstrap lower bound ``mi_lo`` is at or
+  under the permutation floor ``mi_floor`` (the null's 95th percentile): the panel cannot tell
+  the reasoning from one that ignores the input;
+* the alert fires at the K-th consecutive measurement below the floor if held-out success has
+  *stalled* over those K measurements: no evaluation after the first of them scored more than g
+  above the baseline, the best evaluation at or before it (or, when there is none, the first
+  evaluation after it, which is then not compared with itself). With no evaluation to compare,
+  nothing shows progress, so it counts as stalled; the evidence says so. While success still
+  improves the window slides on (its oldest measurement is dropped).
+
+After an alert the count restarts, so a run that stays collapsed alerts again K measurements
+later. The state is JSON (saved with every checkpoint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class CollapseAlert:
+    patience: int
+    min_gain: float = 0.0
+    below: list[tuple[int, float, float]] = field(default_factory=list)  # (step, mi_lo, floor)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success)
+
+    def observe_eval(self, step: int, success: float) -> None:
+        self.evals.append((int(step), float(success)))
+
+    def observe_panel(self, step: int, mi_lo: float, mi_floor: float) -> str | None:
+        """Fold in one panel measurement; the alert's evidence when it fires, else None."""
+        if mi_lo > mi_floor:
+            self.below = []
+            return None
+        self.below.append((int(step), float(mi_lo), float(mi_floor)))
+        if len(self.below) < self.patience:
+            return None
+        start = self.below[0][0]
+        before = [s for st, s in self.evals if st <= start]
+        inside = [(st, s) for st, s in self.evals if st > start]
+        if before:
+            baseline, compared = max(before), inside
+        elif inside:
+            baseline, compared = inside[0][1], inside[1:]
+        else:
+            baseline, compared = None, []
+        if baseline is not None and any(s > baseline + self.min_gain for _, s in compared):
+            self.below = self.below[1:]  # success still improves: slide the window on
+            return None
+        points = ", ".join(f"step {st}: {lo:+.3f} <= {fl:+.3f}" for st, lo, fl in self.below)
+        if inside:
+            evals = ", ".join(f"{s:.3f} (step {st})" for st, s in inside)
+            stall = f"held-out success {evals}: no gain above {baseline:.3f} + {self.min_gain:g}"
+        else:
+            stall = f"no held-out evaluation since step {start} (none shows progress)"
+        self.below = []
+        return (f"panel MI lower bound at or under the permutation floor for {self.patience} "
+                f"measurements in a row ({points}); {stall}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"below": [list(b) for b in self.below], "evals": [list(e) for e in self.evals]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.below = [(int(a), float(b), float(c)) for a, b, c in state["below"]]
+        self.evals = [(int(a), float(b)) for a, b in state["evals"]]

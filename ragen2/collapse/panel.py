@@ -1,0 +1,164 @@
+"""The fixed probe panel: MI on the same held-out prompts every time, with bootstrap intervals.
+
+The per-batch monitor (:mod:`ragen2.collapse.monitor`) measures MI on whatever prompts the step
+drew (8-16 groups: ceiling log 8-16, values that move with the draw). The panel instead holds
+``monitor.panel_size`` distinct prompts fixed for the whole run (and for every run of the same
+env: panel seeds are ``seeding.panel_seed(i)``, never trained on, disjoint from the held-out
+evaluation seeds). At step 0 and every ``monitor.every`` steps the rollout workers sample
+``monitor.panel_samples`` fresh first turns per prompt from the current policy, the learner
+cross-scores every reasoning under every panel prompt (the full (S, N) matrix), and the
+``collapse/panel/*`` metrics are
+
+    mi, h_cond, h_marginal, retrieval_acc@k, retrieval_chance@k, mi_bound, log_n   (mi.py)
+    mi_lo / mi_hi, h_cond_lo / _hi, retrieval_acc@1_lo / _hi   percentile bootstrap, 95%, over
+                                                               prompts (mi.bootstrap_intervals)
+    mi_null, mi_floor, mi_p_value    the permutation null's mean, its 95th percentile (the floor)
+                                     and the one-sided p-value of the observed MI
+    healthy                          1.0 when mi_lo > mi_floor: the interval clears chance
+
+so values are comparable across steps, runs and policy versions. Each measurement's samples are
+written to ``RUN_DIR/panel/step_XXXXXX.jsonl`` (one record per prompt; ``ragen2-report`` shows
+them side by side).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ragen2 import seeding
+from ragen2.collapse.mi import bootstrap_intervals, mutual_information, permutation_null
+from ragen2.collapse.monitor import RETRIEVAL_KS, Scorer, build_inputs, token_entropy
+from ragen2.rollout.trajectory import Trajectory
+
+log = logging.getLogger("ragen2")
+
+PREFIX = "collapse/panel/"
+
+
+@dataclass(frozen=True)
+class PanelPrompt:
+    env: str  # the env entry's name
+    seed: int
+    observation: str  # the first observation (distinct within the panel)
+
+
+def choose_panel(envs: Sequence[tuple[str, int]], observe: Callable[[str, int], str],
+                 tries_per_prompt: int = 20) -> list[PanelPrompt]:
+    """The panel: for each ``(env name, count)``, the first ``count`` panel seeds whose first
+    observation no earlier panel prompt has (seeds ``seeding.panel_seed(0)``, ``(1)``, ...
+    per env, so one env's panel does not depend on the others of a mixture).
+
+    ``observe(env, seed)`` returns the env's first observation. An env with fewer distinct
+    first observations than asked within ``tries_per_prompt * count`` seeds gives what it has
+    (logged)."""
+    chosen: list[PanelPrompt] = []
+    seen: set[str] = set()
+    for env, count in envs:
+        found, index = 0, 0
+        while found < count and index < tries_per_prompt * count:
+            seed = seeding.panel_seed(index)
+            index += 1
+            obs = observe(env, seed)
+            if obs in seen:
+                continue
+            seen.add(obs)
+            chosen.append(PanelPrompt(env, seed, obs))
+            found += 1
+        if found < count:
+            log.warning("probe panel: env %r has only %d distinct first observations among %d "
+                        "seeds (asked for %d prompts)", env, found, index, count)
+    return chosen
+
+
+def panel_metrics(logp: np.ndarray, owner: np.ndarray, prompt_keys: Sequence[str],
+                  bootstrap: int, permutations: int, seed: int) -> dict[str, float]:
+    """``collapse/panel/*`` (without the prefix) from the full (S, N) cross-scored matrix.
+
+    ``seed`` drives the bootstrap resamples and the permutations (reproducible on resume)."""
+    scores = torch.from_numpy(np.asarray(logp, dtype=np.float64))
+    own = torch.from_numpy(np.asarray(owner, dtype=np.int64))
+    gen = torch.Generator().manual_seed(seed)
+    point = mutual_information(scores, own, prompt_keys=list(prompt_keys), ks=RETRIEVAL_KS)
+    null = permutation_null(scores, own, num_permutations=permutations, generator=gen)
+    ci = bootstrap_intervals(scores, own, num_resamples=bootstrap, generator=gen)
+    out = {k: float(v) for k, v in point.items()}
+    out.update({k: v for k, v in ci.items() if k != "num_resamples"})
+    out["mi_null"], out["mi_floor"] = null["mi_null"], null["mi_null_q95"]
+    out["mi_p_value"] = null["p_value"]
+    out["healthy"] = float(out["mi_lo"] > out["mi_floor"])
+    return out
+
+
+class ProbePanel:
+    """Samples, scores and records the fixed panel (stateless: everything derives from the step)."""
+
+    def __init__(self, prompts: Sequence[PanelPrompt], samples: int, bootstrap: int,
+                 permutations: int, seed: int) -> None:
+        if len(prompts) < 2:
+            raise ValueError(f"the probe panel needs >= 2 distinct prompts, got {len(prompts)}")
+        self.prompts, self.samples = list(prompts), samples
+        self.bootstrap, self.permutations, self.seed = bootstrap, permutations, seed
+
+    def specs(self) -> list[Any]:
+        """``samples`` first-turn episodes per panel prompt; group id = the prompt's index."""
+        from ragen2.rollout.runner import EpisodeSpec
+
+        return [EpisodeSpec(p.seed, i, p.env, 1.0)
+                for i, p in enumerate(self.prompts) for _ in range(self.samples)]
+
+    def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int
+                ) -> dict[str, float]:
+        """``collapse/panel/*`` of one measurement (``n_prompts`` 0 when fewer than 2 panel
+        prompts produced reasoning: nothing else is measurable then)."""
+        ok = [t for t in trajs if t.env_error is None]
+        with_reasoning = sum(t.think_span is not None for t in ok)
+        out = {PREFIX + "reasoning_frac": with_reasoning / max(len(trajs), 1),
+               PREFIX + "token_entropy": token_entropy(ok) if ok else float("nan")}
+        inputs = build_inputs(ok)
+        if inputs is None:
+            return {**out, PREFIX + "n_prompts": 0.0}
+        n = len(inputs.contexts)
+        columns = np.tile(np.arange(n), (len(inputs.owner), 1))
+        logp, _ = scorer(inputs.contexts, inputs.continuations, columns)
+        m = panel_metrics(logp, inputs.owner, inputs.prompt_keys, self.bootstrap,
+                          self.permutations, seeding.panel_bootstrap_seed(self.seed, step))
+        return {**out, **{PREFIX + k: v for k, v in m.items()}}
+
+    def records(self, trajs: Sequence[Trajectory], step: int, eos_text: str | None = None
+                ) -> list[dict[str, Any]]:
+        """One record per panel prompt: its samples' reasoning and parsed answers (text)."""
+        from ragen2.rollout.archive import MAX_TEXT
+        from ragen2.rollout.parsing import parse_response
+
+        by_prompt: dict[int, list[Trajectory]] = {}
+        for t in trajs:
+            by_prompt.setdefault(t.group_id, []).append(t)
+        out = []
+        for i, p in enumerate(self.prompts):
+            ts = by_prompt.get(i, [])
+            out.append({"step": step, "key": p.seed, "env": p.env, "prompt": p.observation[:MAX_TEXT],
+                        "reasoning": [(t.first_think or "")[:MAX_TEXT] for t in ts],
+                        "answers": [(parse_response(t.responses[0], eos_text).answer or "")[:MAX_TEXT]
+                                    if t.responses else "" for t in ts]})
+        return out
+
+
+def write_records(run_dir: Path, step: int, records: Sequence[dict[str, Any]]) -> Path:
+    """``RUN_DIR/panel/step_XXXXXX.jsonl``, written atomically."""
+    folder = Path(run_dir) / "panel"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step:06d}.jsonl"
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+    return path
