@@ -28,7 +28,7 @@ table { border-collapse: collapse; margin: .5em 0; }
 th, td { border: 1px solid #ddd; padding: .25em .5em; vertical-align: top; }
 th { background: #f0f0f0; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.figures { display: flex; flex-wrap: wrap; gap: 1em; }
+.figures { display: flex; flex-wrap: wrap; gap: 1em; } .figures figure { flex: 0 1 600px; }
 figure { margin: 0; max-width: 820px; } figure.wide { max-width: 100%; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 12px; color: #555; }

@@ -120,7 +120,7 @@ def curve_figure(curve: Curve, metrics: Metrics) -> Figure | None:
     fig = Figure(figsize=(6.4, 3.7), layout="constrained")
     ax = fig.add_subplot()
     ax2 = ax.twinx() if any(line.right for line, _ in drawn) else None
-    for i, (line, series) in enumerate(drawn):
+    for line, series in drawn:
         axis = ax2 if line.right else ax
         xs, ys = zip(*series)
         color = f"C{curve.lines.index(line)}"

@@ -108,15 +108,17 @@ def _filter(metrics) -> str:
     head = "<h2>SNR grades and the group filter</h2>"
     keys = sorted({k for row in metrics.values() for k in row if k.startswith(("filter/", "snr/"))})
     if not keys:
-        return head + '<p class="missing" id="filter-table">not measured in this run (no filter/* or snr/* metrics)</p>'
+        return (head + '<p class="missing" id="filter-table">not measured in this run (no filter/* '
+                "or snr/* metrics)</p>")
     fig = figs.snr_figure(metrics)
     body = (f'<figure id="fig-snr">{png_img(png_bytes(fig), "tiered SNR grades")}</figure>' if fig
             else '<p class="missing">tiered SNR grades: not measured in this run (no snr/frac_*: '
                  "filter=tiered was off)</p>")
-    steps = _pick([s for s, row in metrics.items() if any(k in row for k in keys)], MAX_STEP_COLUMNS)
+    logged = [s for s, row in metrics.items() if any(k in row for k in keys)]
+    steps = _pick(logged, MAX_STEP_COLUMNS)
     rows = [[f"<code>{esc(k)}</code>"] + [fmt(metrics[s].get(k)) for s in steps] for k in keys]
-    shown = "" if len(steps) == len([s for s, r in metrics.items() if any(k in r for k in keys)]) \
-        else f"<p>{len(steps)} of the logged steps, evenly spaced.</p>"
+    shown = (f"<p>{len(steps)} of the {len(logged)} logged steps, evenly spaced.</p>"
+             if len(steps) < len(logged) else "")
     return (head + body + shown + '<div class="scroll">'
             + table(["metric"] + [f"step {s}" for s in steps], rows, id="filter-table",
                     numeric=[False] + [True] * len(steps)) + "</div>")

@@ -6,7 +6,6 @@ The synthetic run and its hand-worked n-gram shares: tests/analysis/report_fixtu
 from __future__ import annotations
 
 import base64
-import json
 import re
 from html.parser import HTMLParser
 
@@ -96,7 +95,8 @@ def test_word_spans_cut_words_as_ngram_signature_does():
 def test_highlight_marks_merged_spans_and_escapes():
     marks = {("let", "me", "think"), ("think", "step", "by")}
     # windows "Let me think" (0-12) and "think step-by" (7-20) overlap: one mark
-    assert highlight("Let me think step-by-step, ok", marks, 3) == "<mark>Let me think step-by</mark>-step, ok"
+    assert (highlight("Let me think step-by-step, ok", marks, 3)
+            == "<mark>Let me think step-by</mark>-step, ok")
     assert highlight("a <b> c & d", {("a", "b", "c")}, 3) == "<mark>a &lt;b&gt; c</mark> &amp; d"
     assert highlight("<i>x</i>", set(), 3) == "&lt;i&gt;x&lt;/i&gt;"
     assert highlight("go", {("go",)}, 3) == "<mark>go</mark>"  # shorter than n: the whole text
@@ -192,7 +192,8 @@ def test_run_page_contents(full_page):
     for key in ("filter/kept_ratio", "filter/zero_std_groups", "filter/score_mean",
                 "filter/skipped_steps", "snr/frac_high", "snr/threshold_low"):
         assert f"<td><code>{key}</code></td>" in html
-    assert '<td><code>filter/kept_ratio</code></td><td class="num">0.900</td><td class="num">0.800</td>' in html
+    assert ('<td><code>filter/kept_ratio</code></td><td class="num">0.900</td>'
+            '<td class="num">0.800</td>') in html
     # template mining: the hand-worked list, with the step-1 shares (all 0 but none)
     items = re.findall(r"<li><code>([^<]*)</code> in <b>(\d+)%</b> of prompts \(at step 1: (\d+)%\)",
                        html)
@@ -216,7 +217,8 @@ def test_absent_metrics_say_not_measured(tmp_path):
     assert 'id="samples">not measured in this run' in html
     # a drawn figure names the keys it lacks
     write_metrics(run, [{"step": 1, "collapse/panel/mi": 0.3}])
-    assert "not in this run: collapse/panel/mi_lo, collapse/panel/mi_hi, collapse/panel/mi_floor" in run_report(run)
+    assert ("not in this run: collapse/panel/mi_lo, collapse/panel/mi_hi, collapse/panel/mi_floor"
+            in run_report(run))
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -80,7 +80,8 @@ def test_arms_by_hand(sweep):
     a, b = s["arms"]["filter.value=0.5"], s["arms"]["filter.value=0.9"]
     assert a["final_success"] == pytest.approx({"mean": 0.4, "std": 0.2, "min": 0.2, "max": 0.6, "n": 3})
     assert a["final_mi"] == pytest.approx({"mean": 0.2, "std": 0.1, "min": 0.1, "max": 0.3, "n": 3})
-    assert a["final_token_entropy"] == pytest.approx({"mean": 0.9, "std": 0.1, "min": 0.8, "max": 1.0, "n": 3})
+    assert a["final_token_entropy"] == pytest.approx(
+        {"mean": 0.9, "std": 0.1, "min": 0.8, "max": 1.0, "n": 3})
     assert a["mean_kept_ratio"] == pytest.approx({"mean": 0.75, "std": 0.25, "min": 0.5, "max": 1.0, "n": 3})
     assert b["final_success"] == pytest.approx({"mean": 0.6, "std": 0.173205, "min": 0.5, "max": 0.8, "n": 3},
                                                abs=1e-6)
