@@ -221,6 +221,16 @@ def test_absent_metrics_say_not_measured(tmp_path):
             in run_report(run))
 
 
+def test_filter_table_shows_at_most_20_evenly_spaced_steps(tmp_path):
+    run = make_run(tmp_path / "run", panel=False, rollouts=False)
+    write_metrics(run, [{"step": s, "filter/kept_ratio": s / 100} for s in range(1, 31)])
+    html = run_report(run)
+    # 30 steps, 20 columns: round(i * 29 / 19) for i = 0..19
+    steps = re.findall(r"<th>step (\d+)</th>", html)
+    assert steps == [str(round(i * 29 / 19) + 1) for i in range(20)]
+    assert "20 of the 30 logged steps, evenly spaced" in html
+
+
 # ----------------------------------------------------------------------------- CLI
 def test_cli_writes_report_html(run, tmp_path, capsys):
     (run / "metrics.jsonl").unlink()  # no figures to draw: the page is quick to make
