@@ -2,8 +2,9 @@
 
 Curves over steps (:data:`CURVES`): one figure per topic, each line a ``metrics.jsonl`` key; a
 line with ``band`` draws the interval between two more keys (the fixed panel's 95% bootstrap
-interval) as a shaded band. Steps where a collapse alert fired (``collapse/alert`` = 1) and where
-a rollback happened (``collapse/rollback`` = 1) are vertical lines on every curve. A figure whose
+interval) as a shaded band. Steps where a collapse alert fired (``collapse/alert`` = 1, red dotted)
+and where a rollback happened (``collapse/rollback`` = 1, purple dash-dot) are vertical lines on
+every curve. A figure whose
 keys the run never logged is not drawn (:func:`curve_figure` returns None); the report says so.
 
 Also: the diagnosis timeline (``collapse/diagnosis`` codes, labels from ``DIAGNOSIS_CODES``)
@@ -106,9 +107,10 @@ def _finish(ax, title: str, ylabel: str) -> None:
 
 
 def _events(ax, metrics: Metrics) -> None:
-    for key, color, label in ((ALERT, "red", "collapse alert"), (ROLLBACK, "purple", "rollback")):
+    for key, color, ls, label in ((ALERT, "red", ":", "collapse alert"),
+                                  (ROLLBACK, "purple", "-.", "rollback")):
         for i, s in enumerate(event_steps(metrics, key)):
-            ax.axvline(s, color=color, alpha=0.5, lw=1, ls=":", label=label if i == 0 else None)
+            ax.axvline(s, color=color, alpha=0.6, lw=1.2, ls=ls, label=label if i == 0 else None)
 
 
 def curve_figure(curve: Curve, metrics: Metrics) -> Figure | None:
@@ -141,7 +143,7 @@ def curve_figure(curve: Curve, metrics: Metrics) -> Figure | None:
         ax2.set_ylabel(curve.ylabel_right or "")
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
-    ax.legend(handles, labels, fontsize="x-small")
+    (ax2 or ax).legend(handles, labels, fontsize="x-small")  # on the top axes: above both
     return fig
 
 
