@@ -313,10 +313,10 @@ class Controller:
     def check_collapse(self, step: int, m: dict[str, float]) -> str | None:
         """Feed this step's panel measurement to the alert; on an alert act as
         ``monitor.on_collapse`` says. Returns a stop reason for ``stop``, else None."""
-        if "collapse/panel/mi_lo" not in m:
+        if "collapse/panel/n_prompts" not in m:  # no panel measurement at this step
             return None
-        evidence = self.alert.observe_panel(step, m["collapse/panel/mi_lo"],
-                                            m["collapse/panel/mi_floor"])
+        evidence = self.alert.observe_panel(step, m.get("collapse/panel/mi_lo"),
+                                            m.get("collapse/panel/mi_floor"))
         m["collapse/alert"] = float(evidence is not None)
         if evidence is None:
             return None
@@ -325,7 +325,9 @@ class Controller:
         if mon.on_collapse == "stop":
             return f"collapse alert: {evidence}"
         if mon.on_collapse == "rollback":
-            if self.rollbacks >= mon.max_rollbacks:
+            if step >= self.cfg.trainer.total_steps:
+                print("[ragen2] no rollback at the last step (nothing is left to train)", flush=True)
+            elif self.rollbacks >= mon.max_rollbacks:
                 print(f"[ragen2] no rollback: monitor.max_rollbacks={mon.max_rollbacks} reached",
                       flush=True)
             elif (target := self.healthy_checkpoint()) is None:

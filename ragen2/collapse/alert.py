@@ -4,7 +4,8 @@ Rule (``monitor.alert_patience`` = K, ``monitor.alert_min_gain`` = g):
 
 * a panel measurement is *below the floor* when its bootstrap lower bound ``mi_lo`` is at or
   under the permutation floor ``mi_floor`` (the null's 95th percentile): the panel cannot tell
-  the reasoning from one that ignores the input;
+  the reasoning from one that ignores the input; a measurement where fewer than 2 panel prompts
+  got any reasoning (``mi_lo`` None) counts as below it too: nothing shows input dependence;
 * the alert fires at the K-th consecutive measurement below the floor if held-out success has
   *stalled* over those K measurements: no evaluation after the first of them scored more than g
   above the baseline, the best evaluation at or before it (or, when there is none, the first
@@ -26,18 +27,23 @@ from typing import Any
 class CollapseAlert:
     patience: int
     min_gain: float = 0.0
-    below: list[tuple[int, float, float]] = field(default_factory=list)  # (step, mi_lo, floor)
+    # (step, mi_lo, floor); None's for a measurement without reasoning
+    below: list[tuple[int, float | None, float | None]] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success)
 
     def observe_eval(self, step: int, success: float) -> None:
         self.evals.append((int(step), float(success)))
 
-    def observe_panel(self, step: int, mi_lo: float, mi_floor: float) -> str | None:
-        """Fold in one panel measurement; the alert's evidence when it fires, else None."""
-        if mi_lo > mi_floor:
+    def observe_panel(self, step: int, mi_lo: float | None, mi_floor: float | None) -> str | None:
+        """Fold in one panel measurement (``None``'s: no reasoning to measure); the alert's
+        evidence when it fires, else None."""
+        if mi_lo is not None and mi_floor is not None and mi_lo > mi_floor:
             self.below = []
             return None
-        self.below.append((int(step), float(mi_lo), float(mi_floor)))
+        if mi_lo is None or mi_floor is None:
+            self.below.append((int(step), None, None))
+        else:
+            self.below.append((int(step), float(mi_lo), float(mi_floor)))
         if len(self.below) < self.patience:
             return None
         start = self.below[0][0]
@@ -52,7 +58,8 @@ class CollapseAlert:
         if baseline is not None and any(s > baseline + self.min_gain for _, s in compared):
             self.below = self.below[1:]  # success still improves: slide the window on
             return None
-        points = ", ".join(f"step {st}: {lo:+.3f} <= {fl:+.3f}" for st, lo, fl in self.below)
+        points = ", ".join(f"step {st}: no reasoning" if lo is None else
+                           f"step {st}: {lo:+.3f} <= {fl:+.3f}" for st, lo, fl in self.below)
         if inside:
             evals = ", ".join(f"{s:.3f} (step {st})" for st, s in inside)
             stall = f"held-out success {evals}: no gain above {baseline:.3f} + {self.min_gain:g}"
@@ -66,5 +73,6 @@ class CollapseAlert:
         return {"below": [list(b) for b in self.below], "evals": [list(e) for e in self.evals]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.below = [(int(a), float(b), float(c)) for a, b, c in state["below"]]
+        self.below = [(int(a), None if b is None else float(b), None if c is None else float(c))
+                      for a, b, c in state["below"]]
         self.evals = [(int(a), float(b)) for a, b in state["evals"]]

@@ -153,13 +153,22 @@ def test_alert_without_an_earlier_evaluation_compares_with_the_first_inside():
     assert "no held-out evaluation" in b.observe_panel(3, 0.0, 0.1)
 
 
+def test_a_panel_without_reasoning_counts_as_under_the_floor():
+    a = CollapseAlert(patience=2)
+    a.observe_eval(0, 0.5)
+    assert a.observe_panel(3, None, None) is None
+    evidence = a.observe_panel(4, 0.0, 0.1)
+    assert evidence is not None and "step 3: no reasoning" in evidence
+
+
 def test_alert_state_round_trips():
     a = CollapseAlert(patience=3)
     a.observe_eval(0, 0.2)
     a.observe_panel(5, 0.0, 0.1)
+    a.observe_panel(6, None, None)
     b = CollapseAlert(patience=3)
     b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-    assert b.below == a.below and b.evals == a.evals
+    assert b.state_dict() == a.state_dict() and b.evals == a.evals
 
 
 # ---------------------------------------------------------------------- stronger filter
