@@ -142,7 +142,7 @@ class Controller:
 
             m = cfg.monitor
             self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed,
-                                     m.turn_negatives, m.turn_uniform)
+                                     m.turn_negatives, m.turn_uniform, action_mi=m.action_mi)
         self.panel = self._make_panel() if cfg.monitor.name == "mi" and cfg.monitor.panel_size else None
         from ragen2.collapse.alert import CollapseAlert
 

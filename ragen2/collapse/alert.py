@@ -6,12 +6,12 @@ Rule (``monitor.alert_patience`` = K, ``monitor.alert_min_gain`` = g):
   under the permutation floor ``mi_floor`` (the null's 95th percentile): the panel cannot tell
   the reasoning from one that ignores the input; a measurement where fewer than 2 panel prompts
   got any reasoning (``mi_lo`` None) counts as below it too: nothing shows input dependence;
-* the alert fires at the K-th consecutive measurement below the floor if held-out success has
-  *stalled* over those K measurements: no evaluation after the first of them scored more than g
-  above the baseline, the best evaluation at or before it (or, when there is none, the first
-  evaluation after it, which is then not compared with itself). With no evaluation to compare,
-  nothing shows progress, so it counts as stalled; the evidence says so. While success still
-  improves the window slides on (its oldest measurement is dropped).
+* the alert fires when the last K measurements were all below the floor and held-out success
+  *stalled* over them: with t the step of the first of the K, some evaluation after t exists and
+  none scored more than g above the baseline, the best evaluation at or before t (or, when there
+  is none, the first evaluation after t, which is then not compared with itself). Until an
+  evaluation after t exists there is no evidence either way, and the alert waits for one (the
+  window moves on with every new measurement below the floor).
 
 After an alert the count restarts, so a run that stays collapsed alerts again K measurements
 later. The state is JSON (saved with every checkpoint).
@@ -44,27 +44,22 @@ class CollapseAlert:
             self.below.append((int(step), None, None))
         else:
             self.below.append((int(step), float(mi_lo), float(mi_floor)))
+        self.below = self.below[-self.patience:]  # older measurements no longer matter
         if len(self.below) < self.patience:
             return None
         start = self.below[0][0]
         before = [s for st, s in self.evals if st <= start]
         inside = [(st, s) for st, s in self.evals if st > start]
-        if before:
-            baseline, compared = max(before), inside
-        elif inside:
-            baseline, compared = inside[0][1], inside[1:]
-        else:
-            baseline, compared = None, []
-        if baseline is not None and any(s > baseline + self.min_gain for _, s in compared):
-            self.below = self.below[1:]  # success still improves: slide the window on
-            return None
+        baseline = max(before) if before else (inside[0][1] if inside else None)
+        compared = inside if before else inside[1:]
+        if not compared:
+            return None  # no held-out evaluation since the window began: wait for one
+        if any(s > baseline + self.min_gain for _, s in compared):
+            return None  # success still improves
         points = ", ".join(f"step {st}: no reasoning" if lo is None else
                            f"step {st}: {lo:+.3f} <= {fl:+.3f}" for st, lo, fl in self.below)
-        if inside:
-            evals = ", ".join(f"{s:.3f} (step {st})" for st, s in inside)
-            stall = f"held-out success {evals}: no gain above {baseline:.3f} + {self.min_gain:g}"
-        else:
-            stall = f"no held-out evaluation since step {start} (none shows progress)"
+        evals = ", ".join(f"{s:.3f} (step {st})" for st, s in compared)
+        stall = f"held-out success {evals}: no gain above {baseline:.3f} + {self.min_gain:g}"
         self.below = []
         return (f"panel MI lower bound at or under the permutation floor for {self.patience} "
                 f"measurements in a row ({points}); {stall}")

@@ -138,8 +138,7 @@ def test_alert_holds_while_held_out_success_still_improves():
     a.observe_panel(5, 0.0, 0.1)
     a.observe_eval(10, 0.40)  # +0.10 > 0.05: progress
     assert a.observe_panel(10, 0.0, 0.1) is None
-    assert [b[0] for b in a.below] == [10]  # the window slid on
-    a.observe_eval(15, 0.42)  # +0.02 over step 10, where the window now starts
+    a.observe_eval(15, 0.42)  # +0.02 over the best at or before step 10, where the window now starts
     assert a.observe_panel(15, 0.0, 0.1) is not None
 
 
@@ -149,14 +148,23 @@ def test_alert_without_an_earlier_evaluation_compares_with_the_first_inside():
     a.observe_eval(2, 0.10)
     a.observe_eval(5, 0.30)
     assert a.observe_panel(5, 0.0, 0.1) is None  # 0.10 -> 0.30 inside the window
-    b = CollapseAlert(patience=1)
-    assert "no held-out evaluation" in b.observe_panel(3, 0.0, 0.1)
+
+def test_alert_waits_for_a_held_out_evaluation_inside_its_window():
+    a = CollapseAlert(patience=2)
+    a.observe_eval(0, 0.10)
+    assert a.observe_panel(0, 0.0, 0.1) is None
+    assert a.observe_panel(5, 0.0, 0.1) is None  # no evaluation after step 0 yet: no evidence
+    assert a.observe_panel(10, 0.0, 0.1) is None  # window 5, 10: still none after step 5
+    a.observe_eval(15, 0.10)
+    evidence = a.observe_panel(15, 0.0, 0.1)  # window 10, 15; 0.10 at 15 vs 0.10 at 0
+    assert evidence is not None and "step 10" in evidence and "step 5" not in evidence
 
 
 def test_a_panel_without_reasoning_counts_as_under_the_floor():
     a = CollapseAlert(patience=2)
     a.observe_eval(0, 0.5)
     assert a.observe_panel(3, None, None) is None
+    a.observe_eval(4, 0.2)
     evidence = a.observe_panel(4, 0.0, 0.1)
     assert evidence is not None and "step 3: no reasoning" in evidence
 
