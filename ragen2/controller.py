@@ -287,7 +287,7 @@ class Controller:
                         len(prompts))
             return None
         return ProbePanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
-                          self.cfg.seed)
+                          self.cfg.seed, m.action_mi)
 
     def panel_due(self, step: int) -> bool:
         every = self.cfg.monitor.every

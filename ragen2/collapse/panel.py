@@ -15,6 +15,9 @@ cross-scores every reasoning under every panel prompt (the full (S, N) matrix), 
     mi_null, mi_floor, mi_p_value    the permutation null's mean, its 95th percentile (the floor)
                                      and the one-sided p-value of the observed MI
     healthy                          1.0 when mi_lo > mi_floor: the interval clears chance
+    action/*                         I(A; Z | X) over the panel's groups (every prompt's samples
+                                     share X): does the action follow the reasoning
+                                     (:mod:`ragen2.collapse.action_mi`; ``monitor.action_mi``)
 
 so values are comparable across steps, runs and policy versions. Each measurement's samples are
 written to ``RUN_DIR/panel/step_XXXXXX.jsonl`` (one record per prompt; ``ragen2-report`` shows
@@ -34,6 +37,8 @@ import numpy as np
 import torch
 
 from ragen2 import seeding
+from ragen2.collapse.action_mi import (build_action_inputs, conditional_mutual_information,
+                                       score_actions)
 from ragen2.collapse.mi import bootstrap_intervals, mutual_information, permutation_null
 from ragen2.collapse.monitor import RETRIEVAL_KS, Scorer, build_inputs, token_entropy
 from ragen2.rollout.trajectory import Trajectory
@@ -101,11 +106,12 @@ class ProbePanel:
     """Samples, scores and records the fixed panel (stateless: everything derives from the step)."""
 
     def __init__(self, prompts: Sequence[PanelPrompt], samples: int, bootstrap: int,
-                 permutations: int, seed: int) -> None:
+                 permutations: int, seed: int, action_mi: bool = True) -> None:
         if len(prompts) < 2:
             raise ValueError(f"the probe panel needs >= 2 distinct prompts, got {len(prompts)}")
         self.prompts, self.samples = list(prompts), samples
         self.bootstrap, self.permutations, self.seed = bootstrap, permutations, seed
+        self.action_mi = action_mi
 
     def specs(self) -> list[Any]:
         """``samples`` first-turn episodes per panel prompt; group id = the prompt's index."""
@@ -128,9 +134,19 @@ class ProbePanel:
         n = len(inputs.contexts)
         columns = np.tile(np.arange(n), (len(inputs.owner), 1))
         logp, _ = scorer(inputs.contexts, inputs.continuations, columns)
+        seed = seeding.panel_bootstrap_seed(self.seed, step)
         m = panel_metrics(logp, inputs.owner, inputs.prompt_keys, self.bootstrap,
-                          self.permutations, seeding.panel_bootstrap_seed(self.seed, step))
-        return {**out, **{PREFIX + k: v for k, v in m.items()}}
+                          self.permutations, seed)
+        out.update({PREFIX + k: v for k, v in m.items()})
+        actions = build_action_inputs(ok) if self.action_mi else None
+        if actions is not None:
+            a = conditional_mutual_information(
+                torch.from_numpy(score_actions(actions, scorer)), torch.from_numpy(actions.group),
+                reasoning_keys=actions.context.tolist(), num_permutations=self.permutations,
+                generator=torch.Generator().manual_seed(seed + 1))
+            a["mi_p_value"] = a.pop("p_value")
+            out.update({PREFIX + "action/" + k: v for k, v in a.items() if k != "num_permutations"})
+        return out
 
     def records(self, trajs: Sequence[Trajectory], step: int, eos_text: str | None = None
                 ) -> list[dict[str, Any]]:

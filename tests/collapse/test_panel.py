@@ -233,3 +233,60 @@ def test_panel_seeds_never_meet_training_or_evaluation_seeds():
     assert seeding.eval_seed(2**30 - 1) < seeding.panel_seed(0)
     assert seeding.panel_sampling_seed(0, 5, 1) != seeding.sampling_seed(0, 5, 1)
     assert np.iinfo(np.int64).max > seeding.panel_seed(10**6)
+
+
+# ------------------------------------------------------------------ the panel's measurement
+def _panel_trajs():
+    from tests.collapse.test_monitor import traj
+
+    trajs = []
+    for g in range(4):
+        for _ in range(2):
+            t = traj(g, f"r{g}", f"obs{g}")
+            t.turn_ends = [len(t.input_ids) - 1]
+            t.responses = [f"<think>r{g}</think><answer>a{g}</answer>"]
+            trajs.append(t)
+    return trajs
+
+
+def _scorer(dependent: bool):
+    owner = np.repeat(np.arange(4), 2)
+
+    def score(contexts, conts, columns):
+        if len(contexts) == 4:  # prompts: a sample scores -1 under its own, -6 elsewhere
+            logp = np.where(columns == owner[:, None], -1.0, -1.0 - 5.0 * dependent)
+        else:  # actions under (prompt, reasoning) contexts: all alike
+            logp = np.full(columns.shape, -2.0)
+        return logp, np.full(columns.shape, 2)
+    return score
+
+
+def test_the_panel_measures_mi_with_intervals_and_writes_its_samples(tmp_path):
+    from ragen2.collapse.panel import write_records
+
+    prompts = [PanelPrompt("env", seeding.panel_seed(i), f"obs{i}") for i in range(4)]
+    panel = ProbePanel(prompts, samples=2, bootstrap=50, permutations=50, seed=0)
+    m = panel.measure(_panel_trajs(), _scorer(True), step=5)
+    marginal = math.log(math.exp(-1) + 3 * math.exp(-6)) - math.log(4)
+    assert m["collapse/panel/mi"] == pytest.approx(-1 - marginal)  # every sample alike
+    assert m["collapse/panel/mi_lo"] == pytest.approx(-1 - marginal)  # so is every resample
+    assert m["collapse/panel/healthy"] == 1.0 and m["collapse/panel/n_prompts"] == 4
+    assert m["collapse/panel/action/mi"] == pytest.approx(0.0, abs=1e-12)  # answers ignore z
+    assert m["collapse/panel/reasoning_frac"] == 1.0
+    blind = panel.measure(_panel_trajs(), _scorer(False), step=5)
+    assert blind["collapse/panel/mi"] == pytest.approx(0.0, abs=1e-12)
+    assert blind["collapse/panel/healthy"] == 0.0
+    path = write_records(tmp_path, 5, panel.records(_panel_trajs(), 5))
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert path.name == "step_000005.jsonl" and len(recs) == 4
+    assert recs[1] == {"step": 5, "key": seeding.panel_seed(1), "env": "env", "prompt": "obs1",
+                       "reasoning": ["r1", "r1"], "answers": ["a1", "a1"]}
+
+
+def test_a_panel_without_reasoning_reports_no_prompts():
+    from tests.collapse.test_monitor import traj
+
+    panel = ProbePanel([PanelPrompt("env", 1, "a"), PanelPrompt("env", 2, "b")], 2, 10, 10, 0)
+    m = panel.measure([traj(0, None, "a"), traj(1, None, "b")], _scorer(True), step=1)
+    assert m["collapse/panel/n_prompts"] == 0.0 and m["collapse/panel/reasoning_frac"] == 0.0
+    assert "collapse/panel/mi_lo" not in m
