@@ -56,22 +56,27 @@ class PanelPrompt:
 
 
 def choose_panel(envs: Sequence[tuple[str, int]], observe: Callable[[str, int], str],
-                 tries_per_prompt: int = 20) -> list[PanelPrompt]:
+                 tries_per_prompt: int = 8) -> list[PanelPrompt]:
     """The panel: for each ``(env name, count)``, the first ``count`` panel seeds whose first
     observation no earlier panel prompt has (seeds ``seeding.panel_seed(0)``, ``(1)``, ...
     per env, so one env's panel does not depend on the others of a mixture).
 
-    ``observe(env, seed)`` returns the env's first observation. An env with fewer distinct
-    first observations than asked within ``tries_per_prompt * count`` seeds gives what it has
-    (logged)."""
+    ``observe(env, seed)`` returns the env's first observation; a seed on which it raises is
+    skipped (logged), as a failed episode is. An env with fewer distinct first observations
+    than asked within ``tries_per_prompt * count`` seeds gives what it has (logged)."""
     chosen: list[PanelPrompt] = []
     seen: set[str] = set()
     for env, count in envs:
-        found, index = 0, 0
+        found, index, failed, first_error = 0, 0, 0, None
         while found < count and index < tries_per_prompt * count:
             seed = seeding.panel_seed(index)
             index += 1
-            obs = observe(env, seed)
+            try:
+                obs = observe(env, seed)
+            except Exception as e:  # noqa: BLE001 — an env failing on a seed only loses that seed
+                failed += 1
+                first_error = first_error or f"seed {seed}: {type(e).__name__}: {e}"
+                continue
             if obs in seen:
                 continue
             seen.add(obs)
@@ -80,6 +85,9 @@ def choose_panel(envs: Sequence[tuple[str, int]], observe: Callable[[str, int], 
         if found < count:
             log.warning("probe panel: env %r has only %d distinct first observations among %d "
                         "seeds (asked for %d prompts)", env, found, index, count)
+        if failed:
+            log.warning("probe panel: env %r failed in reset on %d of %d seeds, which were "
+                        "skipped (first: %s)", env, failed, index, first_error)
     return chosen
 
 

@@ -108,6 +108,17 @@ def test_choose_panel_takes_distinct_observations_per_env_from_the_panel_seeds()
     assert min(p.seed for p in panel) >= seeding.EVAL_SEED_BASE + 2**30 > seeding.TRAIN_SEED_LIMIT
 
 
+def test_choose_panel_skips_seeds_whose_reset_fails(caplog):
+    def observe(env, seed):
+        if seed % 2:
+            raise RuntimeError("broken seed")
+        return str(seed)
+
+    panel = choose_panel([("flaky", 3)], observe)
+    assert [p.seed - seeding.PANEL_SEED_BASE for p in panel] == [0, 2, 4]
+    assert "failed in reset on 2 of 5 seeds" in caplog.text and "broken seed" in caplog.text
+
+
 def test_panel_specs_sample_every_prompt_as_one_group():
     panel = ProbePanel([PanelPrompt("a", 7, "x"), PanelPrompt("b", 9, "y")], samples=3,
                        bootstrap=10, permutations=10, seed=0)
