@@ -310,6 +310,10 @@ class Controller:
         m["timing/panel_s"] = time.perf_counter() - t0
         return m
 
+    def record_eval(self, step: int, success: float) -> None:
+        """A held-out evaluation, for the collapse alert's stall test."""
+        self.alert.observe_eval(step, success)
+
     def check_collapse(self, step: int, m: dict[str, float]) -> str | None:
         """Feed this step's panel measurement to the alert; on an alert act as
         ``monitor.on_collapse`` says. Returns a stop reason for ``stop``, else None."""
@@ -640,7 +644,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 row.update(ctl.warm_start())
             row.update(ctl.push_weights())
             row.update(ctl.evaluate(0))
-            ctl.alert.observe_eval(0, row["eval/success"])
+            ctl.record_eval(0, row["eval/success"])
             state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
             print(f"[ragen2] held-out success before RL: {row['eval/success']:.3f} "
                   f"({tr.eval_episodes} episodes)", flush=True)
@@ -685,7 +689,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             if scheduled or stop_reason:  # (a run that stops early is measured where it ended)
                 m.update(ctl.evaluate(step))
                 m.update(ctl.diagnose(m["eval/success"]))
-                ctl.alert.observe_eval(step, m["eval/success"])
+                ctl.record_eval(step, m["eval/success"])
                 state["eval_last"] = m["eval/success"]
                 if scheduled:
                     stop_reason = stop_reason or stopper.evaluation(m["eval/success"])

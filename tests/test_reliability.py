@@ -87,6 +87,15 @@ def fake_controller(skipped_by_step: dict[int, int], fail: dict[int, BaseExcepti
         def diagnose(self, success):
             return {}
 
+        def panel_due(self, step):
+            return False
+
+        def record_eval(self, step, success):
+            pass
+
+        def check_collapse(self, step, metrics):
+            return None
+
         def train_step(self, step):
             Fake.trained.append(step)
             skipped = skipped_by_step.get(step, 0)
