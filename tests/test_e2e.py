@@ -14,7 +14,9 @@ pytestmark = pytest.mark.slow
 SMALL = ["trainer.warm_start.episodes=32", "trainer.warm_start.epochs=1",
          "trainer.warm_start.batch_size=16", "trainer.eval_episodes=8", "trainer.eval_every=0",
          "rollout.env_groups=2", "rollout.group_size=3", "rollout.max_turns=3",
-         "trainer.loggers=[jsonl]", "cluster.learner_world_size=2", "algorithm.ppo_mini_batches=2"]
+         "trainer.loggers=[jsonl]", "cluster.learner_world_size=2", "algorithm.ppo_mini_batches=2",
+         # a probe panel of the runs' size (the default, 32 prompts x 4 samples, is 20x a step here)
+         "monitor.panel_size=4", "monitor.panel_samples=2"]
 
 
 #: for tests whose subject is not the learner (envs, rollout workers, filters, the monitor): one

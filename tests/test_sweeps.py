@@ -26,7 +26,8 @@ WARM = ["trainer.warm_start.episodes=512", "trainer.warm_start.epochs=1",
 def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_path):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "ragen2.train", "-m", "filter=top_p", "filter.value=0.5,0.9",
-           "monitor.every=1", "trainer.total_steps=2", "rollout.env_groups=4",
+           "monitor.every=1", "monitor.panel_size=4", "monitor.panel_samples=2",
+           "trainer.total_steps=2", "rollout.env_groups=4",
            "filter.include_zero=true", "rollout.group_size=2", *WARM, "trainer.eval_episodes=8",
            "trainer.eval_every=0", "model=hf", f"model.path={tiny_model_path}", "recipe=tiny",
            f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
