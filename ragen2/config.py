@@ -685,6 +685,9 @@ class Config:
             _check(m.name == "mi" and m.panel_size > 0 and m.every > 0, "monitor.on_collapse",
                    m.on_collapse, "rollback or stop need the probe panel (monitor.name=mi, "
                    "monitor.panel_size > 0, monitor.every > 0); warn works without it")
+            _check(self.trainer.eval_every > 0, "monitor.on_collapse", m.on_collapse,
+                   "rollback or stop need periodic held-out evaluations (trainer.eval_every > 0): "
+                   "the alert waits for one to show that success stalled")
         n_eps = self.rollout.env_groups * self.rollout.group_size
         _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
                self.algorithm.ppo_mini_batches,

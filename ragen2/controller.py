@@ -689,7 +689,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             if scheduled or stop_reason:  # (a run that stops early is measured where it ended)
                 m.update(ctl.evaluate(step))
                 m.update(ctl.diagnose(m["eval/success"]))
-                ctl.record_eval(step, m["eval/success"])
+                if tr.eval_every and step % tr.eval_every == 0:  # the periodic ones only: an
+                    ctl.record_eval(step, m["eval/success"])  # end-of-segment one would break resume
                 state["eval_last"] = m["eval/success"]
                 if scheduled:
                     stop_reason = stop_reason or stopper.evaluation(m["eval/success"])

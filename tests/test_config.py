@@ -68,10 +68,11 @@ def test_out_of_range_values(override, key):
     assert e.value.key == key
 
 
-@pytest.mark.parametrize("off", ["monitor.panel_size=0", "monitor.name=none", "monitor.every=0"])
+@pytest.mark.parametrize("off", ["monitor.panel_size=0", "monitor.name=none", "monitor.every=0",
+                                 "trainer.eval_every=0"])
 def test_a_collapse_rollback_needs_the_probe_panel(off):
     load_config(["monitor.on_collapse=rollback"])
-    with pytest.raises(ConfigError, match="probe panel") as e:
+    with pytest.raises(ConfigError, match="probe panel|periodic held-out") as e:
         load_config(["monitor.on_collapse=rollback", off])
     assert e.value.key == "monitor.on_collapse"
 
