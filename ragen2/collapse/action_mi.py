@@ -15,6 +15,9 @@ Samples sharing X are those whose token ids before the reasoning (``input_ids[:a
 ``(a, b) = think_span``: the prompt and the sampled ``<think>``) are identical; an episode with an
 env error, no closed first-turn reasoning or no prompt is left out, so groups can be smaller than
 ``rollout.group_size``, and a group left with one sample has nothing to compare and is excluded.
+Scoring costs K forwards of short answers per sample in a group of K (one per reasoning), so the
+monitor splits groups larger than ``max_group`` (8) into smaller groups of the same prompt
+(:func:`build_action_inputs`); the estimator and its bound are then those of the smaller groups.
 
 Scoring. For sample s of a group g with members m_1 < ... < m_K (sample indices), the context
 of member j is ``c_j = input_ids_j[:b_j]`` (X, ``<think>`` and its sampled reasoning, ending where
@@ -287,18 +290,28 @@ def conditional_mutual_information(
 class ActionInputs:
     contexts: list[list[int]]  # distinct (X, reasoning) contexts, ids up to where </think> starts
     continuations: list[list[int]]  # one per sample: its first-turn action (from </think> on)
-    group: np.ndarray  # (S,) index of the sample's prompt X (samples of groups of 2+ only)
+    group: np.ndarray  # (S,) index of the sample's group: its prompt X (groups of 2+ only)
     context: np.ndarray  # (S,) index into ``contexts`` of the sample's own (X, reasoning)
 
 
-def build_action_inputs(trajs: Sequence[Trajectory]) -> ActionInputs | None:
+def build_action_inputs(trajs: Sequence[Trajectory],
+                        max_group: int | None = None) -> ActionInputs | None:
     """First-turn (X, reasoning) contexts and actions of a batch; None without a group of 2+.
 
     Token-exact, as :func:`ragen2.collapse.monitor.build_inputs`: with ``(a, b) = think_span``,
     a sample shares X with the others whose ``input_ids[:a]`` are identical, its context is
     ``input_ids[:b]`` and its action ``input_ids[b : turn_ends[0] + 1]``, the ids as sampled.
     Identical contexts (equal reasoning under equal X) are listed once.
+
+    ``max_group`` (None or 0: no cap; else >= 2) caps the cost, which grows with the group size
+    (every answer is scored under every reasoning of its group): a group of K > max_group samples
+    is split, in batch order, into ceil(K / max_group) groups of sizes as equal as possible (e.g.
+    64 -> 8 x 8, 9 -> 5 + 4), every sample kept. Samples of one prompt are exchangeable, so this
+    is the same estimator on smaller groups; its bound becomes mean log K of the smaller groups.
     """
+    if max_group is not None and (isinstance(max_group, bool) or not isinstance(max_group, int)
+                                  or max_group == 1 or max_group < 0):
+        raise ValueError(f"max_group must be None, 0 (no cap) or an integer >= 2, got {max_group!r}")
     by_prompt: dict[tuple[int, ...], list[Trajectory]] = {}
     for t in trajs:
         if (t.think_span is None or t.env_error is not None or t.first_prompt_len == 0
@@ -309,15 +322,17 @@ def build_action_inputs(trajs: Sequence[Trajectory]) -> ActionInputs | None:
     ctx_index: dict[tuple[int, ...], int] = {}
     conts, group, context = [], [], []
     for members in (m for m in by_prompt.values() if len(m) >= 2):
-        g = group[-1] + 1 if group else 0
-        for t in members:
+        k = len(members)
+        parts = -(-k // max_group) if max_group else 1
+        base = group[-1] + 1 if group else 0
+        for i, t in enumerate(members):
             b = t.think_span[1]
             ctx = tuple(t.input_ids[:b])
             if ctx not in ctx_index:
                 ctx_index[ctx] = len(contexts)
                 contexts.append(list(ctx))
             conts.append(list(t.input_ids[b: t.turn_ends[0] + 1]))
-            group.append(g)
+            group.append(base + i * parts // k)
             context.append(ctx_index[ctx])
     if not conts:
         return None

@@ -103,14 +103,17 @@ class MIMonitor:
 
     def __init__(self, every: int, max_negatives: int = 0, permutations: int = 20,
                  ema: float = 0.9, seed: int = 0, turn_negatives: int | None = 7,
-                 turn_uniform: bool = False, *, action_mi: bool = True) -> None:
+                 turn_uniform: bool = False, *, action_mi: bool = True,
+                 action_max_group: int | None = 8) -> None:
         """``turn_negatives``: other conversations each later-turn sample is scored under
         (``collapse/turns/*``, trajectory-uniform; 0 = all of them, None = later turns off);
         ``turn_uniform``: also the turn-uniform pairs (``collapse/turn_uniform/*``);
-        ``action_mi``: also I(A; Z | X) of the first turn (``collapse/action/*``)."""
+        ``action_mi``: also I(A; Z | X) of the first turn (``collapse/action/*``), groups larger
+        than ``action_max_group`` split into smaller ones (the cost per sample grows with the
+        group size; None = whole groups)."""
         self.every, self.max_negatives, self.permutations = every, max_negatives, permutations
         self.seed, self.turn_negatives, self.turn_uniform = seed, turn_negatives, turn_uniform
-        self.action_mi = action_mi
+        self.action_mi, self.action_max_group = action_mi, action_max_group
         self.mi_z_ema = EMA(ema)
 
     def due(self, step: int) -> bool:
@@ -150,7 +153,7 @@ class MIMonitor:
                          step: int) -> dict[str, float]:
         """``collapse/action/*``: I(A; Z | X) of the first turn, its bound, floor and retrieval.
         Its own generator (seeded by step), so the other metrics are unchanged by it."""
-        inputs = build_action_inputs(trajs)
+        inputs = build_action_inputs(trajs, self.action_max_group)
         if inputs is None:
             return {}
         logp = score_actions(inputs, scorer)

@@ -201,6 +201,28 @@ def test_samples_share_x_when_their_ids_before_the_reasoning_match():
     assert inp.group.tolist() == [0, 0] and inp.continuations == [[CLOSE, 200], [CLOSE, 202]]
 
 
+def test_large_groups_are_split_into_even_smaller_ones():
+    trajs = [traj(0, [100 + i], [200 + i]) for i in range(9)] + [traj(1, [120], [220]),
+                                                                  traj(1, [121], [221])]
+    assert build_action_inputs(trajs).group.tolist() == [0] * 9 + [1, 1]
+    assert build_action_inputs(trajs, 0).group.tolist() == [0] * 9 + [1, 1]
+    split = build_action_inputs(trajs, 8)
+    assert split.group.tolist() == [0] * 5 + [1] * 4 + [2, 2]  # 9 -> 5 + 4; 2 stays whole
+    assert split.continuations == build_action_inputs(trajs).continuations  # every sample kept
+    sizes = np.bincount(build_action_inputs([traj(0, [100 + i], [1]) for i in range(64)], 8).group)
+    assert sizes.tolist() == [8] * 8
+    for bad in (1, -1, 2.0, True):
+        with pytest.raises(ValueError, match="max_group"):
+            build_action_inputs(trajs, bad)
+    # the monitor's default splits at 8: log 5 and log 4 bounds instead of log 9
+    out = MIMonitor(every=1, permutations=5).measure(trajs, _follow_scorer(), step=1)
+    assert out["collapse/action/log_k"] == pytest.approx(
+        (5 * math.log(5) + 4 * math.log(4) + 2 * math.log(2)) / 11)
+    whole = MIMonitor(every=1, permutations=5, action_max_group=None).measure(
+        trajs, _follow_scorer(), step=1)
+    assert whole["collapse/action/log_k"] == pytest.approx((9 * math.log(9) + 2 * math.log(2)) / 11)
+
+
 def _follow_scorer(calls=None):
     """log p(action | context): 0 when the answer id is the reasoning's last id + 100, else -20."""
     def score(contexts, conts, columns):
