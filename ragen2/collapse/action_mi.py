@@ -216,7 +216,7 @@ def conditional_mutual_information(
     members, own, size, gid = members[rows], own[rows], size[rows], gid[rows]
     valid = members >= 0
     cells = x[valid]
-    where = lambda m: [(int(rows[s]), c) for s, c in _first_where(m)]  # noqa: E731
+    where = lambda m: [(int(rows[s]), c) for s, c in _first_where(m)]
     if torch.isnan(cells).any():
         raise ValueError(f"logp contains NaN at (sample, column) {where(valid & torch.isnan(x))}")
     if torch.isposinf(cells).any():

@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from ragen2.collapse.action_mi import (build_action_inputs, conditional_mutual_information,
-                                       group_layout, score_actions)
+from ragen2.collapse.action_mi import (
+    build_action_inputs,
+    conditional_mutual_information,
+    group_layout,
+    score_actions,
+)
 from ragen2.collapse.monitor import MIMonitor
 from ragen2.rollout.trajectory import Trajectory
 
@@ -20,7 +24,7 @@ NEG = -50.0
 
 def follow_matrix(group, keys=None):
     """logp[s, c] = 0 when member c's reasoning is s's own (or identical to it), else NEG."""
-    members, own, _ = group_layout(torch.tensor(group))
+    members, _, _ = group_layout(torch.tensor(group))
     keys = list(range(len(group))) if keys is None else keys
     lp = torch.full(members.shape, NEG, dtype=torch.float64)
     for s, row in enumerate(members.tolist()):
@@ -44,7 +48,7 @@ def test_answers_that_follow_their_reasoning_score_log_k_per_sample():
     """Groups of 2 and 3 (and one sample alone, excluded): pmi_s = -log((1 + (K-1) e^NEG) / K)."""
     group = [0, 0, 1, 1, 1, 2]
     m = cmi(follow_matrix(group), torch.tensor(group), num_permutations=0)
-    pmi = lambda k: math.log(k) - math.log1p((k - 1) * math.exp(NEG))  # noqa: E731
+    pmi = lambda k: math.log(k) - math.log1p((k - 1) * math.exp(NEG))
     assert m["mi"] == pytest.approx((2 * pmi(2) + 3 * pmi(3)) / 5, abs=1e-12)
     assert m["mi_bound"] == m["log_k"] == pytest.approx((2 * math.log(2) + 3 * math.log(3)) / 5)
     assert m["h_cond"] == 0.0 and m["h_marginal"] == pytest.approx(m["mi"])
