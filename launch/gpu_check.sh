@@ -1,47 +1,56 @@
 #!/usr/bin/env bash
-# The GPU checks in one script (target: < 8 minutes on one GPU). Run from the repository root on a
-# machine with a CUDA GPU and a Python that has torch (CUDA build), transformers, ray, hydra-core,
-# gymnasium and pytest — e.g. the Docker image, or `make setup` with a CUDA torch:
+# The GPU checks, one prepared script (target: under 10 minutes on one H100/H200):
 #
-#     bash launch/gpu_check.sh [OUT_DIR]
+#     bash launch/gpu_check.sh [OUT_DIR] [WHEEL_DIR]
 #
-# 1. environment report (GPU, torch, CUDA, bf16, flash-attn, vllm);
-# 2. the GPU-marked tests (pytest -m gpu): FSDP2 bf16 on NCCL, activation checkpointing, CPU
-#    offload, flash-attention-2 when installed, the cuda_ipc weight sync;
-# 3. a 3-step RL run with the HF engine on the Qwen2-0.5B-shaped random model in bf16 (FSDP2, NCCL,
-#    colocated, cuda_ipc sync + probe), with GPU memory sampled by nvidia-smi;
-# 4. a summary (tokens/s, step time, peak GPU memory, probe gap) in OUT_DIR/summary.json.
+# 1. launch/gpu_check.py, which needs only torch (CUDA build), transformers, tokenizers, numpy,
+#    omegaconf and gymnasium -- no Ray, Hydra or vLLM: the FSDP2 learner in bf16 on NCCL, the HF
+#    engine in bf16 in a second process on the same GPU, the post-sync probe's bf16 gap (the value
+#    behind sync.probe_tolerance for bf16), bf16-vs-fp32 learner logprobs, GRPO updates with a KL
+#    reference (time, tokens/s, peak memory), the cuda_ipc push between the two processes (probe
+#    gap before/after), engine tokens/s -> OUT_DIR/summary.json. On the Qwen2-0.5B-shaped random
+#    model built offline (nothing is downloaded); PYTHONPATH is set, no install needed.
+# 2. only where ray, hydra and pytest import (the Docker image, or `make setup` with a CUDA torch):
+#    the GPU-marked tests (pytest -m gpu) and a 3-step RL run through the real CLI
+#    (model=qwen2_0.5b_random cluster=gpu_1 engine=hf, cuda_ipc sync, probe) with GPU memory
+#    sampled by nvidia-smi -> OUT_DIR/run_summary.json.
 #
-# Nothing is downloaded: the model is built offline by the tiny-model builder.
+# WHEEL_DIR: wheels installed first (pip --no-index --target) for a bare machine that lacks the
+# pure-Python packages of step 1 (omegaconf, antlr4-python3-runtime, gymnasium,
+# farama-notifications): `pip download --no-deps -d WHEEL_DIR omegaconf==2.3.0 gymnasium==1.4.0
+# farama-notifications==0.0.4` and `pip wheel --no-deps -w WHEEL_DIR antlr4-python3-runtime==4.9.3`.
+# The CPU rehearsal of step 1 runs in CI: tests/test_gpu_check.py (--device cpu --quick).
 set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
 OUT="${1:-${OUT:-gpu_check_out}}"
+WHEELS="${2:-}"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 export RAGEN2_CACHE="${RAGEN2_CACHE:-$OUT/cache}" RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 \
-       TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-status=0
-
-echo "== 1. environment"
-"$PY" - <<'EOF' | tee "$OUT/env.txt"
-import importlib, torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
-if torch.cuda.is_available():
-    p = torch.cuda.get_device_properties(0)
-    print("gpu", p.name, f"{p.total_memory / 2**30:.1f} GiB", "bf16", torch.cuda.is_bf16_supported())
-for m in ("transformers", "ray", "hydra", "gymnasium", "peft", "flash_attn", "vllm"):
-    try:
-        print(m, getattr(importlib.import_module(m), "__version__", "?"))
-    except Exception as e:  # noqa: BLE001
-        print(m, "MISSING", type(e).__name__)
-EOF
+       TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 \
+       PYTHONPATH="$PWD:$PWD/envs${PYTHONPATH:+:$PYTHONPATH}"
+if [ -n "$WHEELS" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$OUT/site" "$WHEELS"/*.whl || { echo "installing $WHEELS failed"; exit 2; }
+  export PYTHONPATH="$PYTHONPATH:$PWD/$OUT/site"
+fi
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
   echo "no CUDA device visible: nothing to check"; exit 2; }
+status=0
 
-echo "== 2. GPU tests"
+echo "== 1. learner, HF engine, probe and cuda_ipc push (launch/gpu_check.py)"
+timeout 420 "$PY" launch/gpu_check.py --out "$OUT" 2>&1 | tee "$OUT/gpu_check.txt" | grep -v "it/s]"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+if ! "$PY" -c "import ray, hydra, pytest" 2>/dev/null; then
+  echo "== 2. skipped: ray, hydra or pytest is not installed (the full-stack checks need the image)"
+  exit $status
+fi
+echo "== 2a. GPU tests"
 timeout 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.txt" | tail -25
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-echo "== 3. 3-step bf16 FSDP2 run (HF engine, Qwen2-0.5B-shaped random model)"
+echo "== 2b. 3-step bf16 RL run through the CLI (HF engine, Qwen2-0.5B-shaped random model)"
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/gpu_mem.csv" 2>/dev/null &
 SMI=$!
 t0=$(date +%s)
@@ -49,30 +58,23 @@ timeout 300 "$PY" -m ragen2.train model=qwen2_0.5b_random cluster=gpu_1 engine=h
   trainer.total_steps=3 trainer.eval_every=0 trainer.eval_episodes=16 trainer.save_every=0 \
   trainer.warm_start.enabled=false trainer.loggers='[jsonl,console]' \
   rollout.env_groups=4 rollout.group_size=4 rollout.max_turns=2 engine.max_new_tokens=64 \
-  sync.strategy=cuda_ipc sync.probe_tolerance=3e-2 \
-  hydra.run.dir="$OUT/run" 2>&1 | tee "$OUT/train.txt" | tail -15
+  sync.strategy=cuda_ipc hydra.run.dir="$OUT/run" 2>&1 | tee "$OUT/train.txt" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 kill "$SMI" 2>/dev/null
 echo "run wall seconds: $(( $(date +%s) - t0 ))"
-
-echo "== 4. summary"
-"$PY" - "$OUT" <<'EOF'
+"$PY" - "$OUT" <<'PYEOF'
 import json, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
-rows = [json.loads(l) for l in (out / "run" / "metrics.jsonl").read_text().splitlines()] \
-    if (out / "run" / "metrics.jsonl").exists() else []
-steps = [r for r in rows if r.get("step", 0) > 0]
+path = out / "run" / "metrics.jsonl"
+rows = [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
+steps = [r for r in rows if r.get("step", 0) > 0 and "timing/step_s" in r]
 mem = [float(x) for x in (out / "gpu_mem.csv").read_text().split()] if (out / "gpu_mem.csv").exists() else []
-def tps(r):
-    n = 16 * r.get("rollout/num_turns_mean", 0) * r.get("rollout/response_tokens_mean", 0)
-    return n / r["timing/generate_s"] if r.get("timing/generate_s") else None
 s = {"steps": len(steps),
      "step_s_median": statistics.median(r["timing/step_s"] for r in steps) if steps else None,
      "update_s_median": statistics.median(r["timing/update_s"] for r in steps) if steps else None,
-     "generate_tokens_per_s_median": statistics.median(t for t in map(tps, steps) if t) if steps else None,
      "probe_logprob_gap_max": max((r.get("sync/probe_logprob_gap", 0) for r in rows), default=None),
      "peak_gpu_mem_mib": max(mem) if mem else None}
-(out / "summary.json").write_text(json.dumps(s, indent=1))
+(out / "run_summary.json").write_text(json.dumps(s, indent=1))
 print(json.dumps(s, indent=1))
-EOF
+PYEOF
 exit $status

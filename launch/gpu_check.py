@@ -1,0 +1,412 @@
+"""The GPU check as one script that needs neither Ray, Hydra nor vLLM (a bare CUDA machine).
+
+It drives ragen2's own pieces directly, in two processes sharing one GPU, the way a colocated run
+does: the FSDP2 learner (:class:`ragen2.learner.rank.LearnerRank`, one rank on NCCL, bf16 compute
+over fp32 master weights) in this process, the HF engine (:class:`ragen2.engines.hf.HFEngine`, bf16)
+in a spawned child, and the ``cuda_ipc`` weight push between them (the strategy's own
+``share_next_bucket`` / ``load_shared_bucket``). Sections, each timed and written to
+``OUT/summary.json``:
+
+1. ``env``: GPU, torch, CUDA, bf16, packages;
+2. ``model``: the Qwen2-0.5B-shaped random model built offline (or ``--model-path``);
+3. ``precision``: the post-sync probe's gap between a bf16 engine and the bf16 learner on the
+   same weights (what ``sync.probe_tolerance`` must allow for bf16: the measured value behind
+   ``ragen2.config.PROBE_TOLERANCE``), and the learner's bf16 logprobs against fp32 ones;
+4. ``update``: ``--steps`` GRPO updates (KL to a reference model included) on a synthetic batch of
+   ``--rows`` x ``--length`` tokens: update time, tokens/s, loss and grad-norm finite, peak memory;
+5. ``push``: the probe gap before the push (the engine is stale: large), the ``cuda_ipc`` push
+   (buckets, seconds) and the gap after it (small again);
+6. ``generate``: the engine's sampled tokens/s (``--gen-prompts`` x ``--gen-tokens``).
+
+``--device cpu`` runs the same sections on the CPU (gloo, fp32, the tiny default model; the push
+sends numpy buckets, there being no CUDA IPC): CI runs it that way so the script cannot rot.
+A failed section is recorded (its error in the summary) and the rest still run; exit status 1
+if any section failed.
+
+    python launch/gpu_check.py --out OUT              # on the GPU machine (~3-5 min on one H200)
+    python launch/gpu_check.py --device cpu --quick   # the CPU rehearsal (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+for p in (REPO, REPO / "envs"):  # runnable from a plain checkout, without `pip install -e .`
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+#: the Qwen2-0.5B body (configs/model/qwen2_0.5b_random.yaml), random weights, BPE built offline
+QWEN2_05B = dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+                 intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
+                 rope_theta=1e6, tie_word_embeddings=True, seed=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------ the engine process
+def _engine_main(model_path: str, dtype: str, device: str, inbox: Any, outbox: Any) -> None:
+    """Child process: one HF engine serving (command, args) requests until ``None``."""
+    try:
+        from ragen2.engines.base import SamplingParams
+        from ragen2.engines.hf import HFEngine
+        from ragen2.sync.probe import engine_continuation
+
+        worker = SimpleNamespace(engine=HFEngine(model_path, dtype=dtype, device=device))
+        outbox.put(("ready", None))
+    except BaseException as e:  # noqa: BLE001  (reported to the parent, which fails the section)
+        outbox.put(("error", f"{type(e).__name__}: {e}"))
+        return
+    while (msg := inbox.get()) is not None:
+        cmd, args = msg
+        try:
+            if cmd == "continue":
+                out = engine_continuation(worker, *args)
+            elif cmd == "load_ipc":
+                from ragen2.sync.cuda_ipc import load_shared_bucket
+
+                load_shared_bucket(worker, args)
+                out = None
+            elif cmd == "load_numpy":
+                worker.engine.load_weights(args, worker.engine.policy_version)
+                out = None
+            elif cmd == "finish":
+                worker.engine.finish_update(args)
+                out = worker.engine.policy_version
+            elif cmd == "generate":
+                prompts, n_tokens = args
+                params = SamplingParams(temperature=1.0, max_new_tokens=n_tokens, stop=(), seed=0)
+                _sync(device)
+                t0 = time.perf_counter()
+                gens = worker.engine.generate(prompts, params)
+                _sync(device)
+                dt = time.perf_counter() - t0
+                out = {"seconds": dt, "tokens": sum(len(g.token_ids) for g in gens),
+                       "peak_mem_gib": _peak_gib(device)}
+            else:
+                raise ValueError(f"unknown engine command {cmd!r}")
+            outbox.put(("ok", out))
+        except BaseException as e:  # noqa: BLE001
+            outbox.put(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _peak_gib(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30
+
+
+class EngineProcess:
+    """The parent's handle on the engine child (spawned: CUDA cannot be forked)."""
+
+    def __init__(self, model_path: str, dtype: str, device: str, timeout: float) -> None:
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.inbox, self.outbox, self.timeout = ctx.Queue(), ctx.Queue(), timeout
+        self.proc = ctx.Process(target=_engine_main,
+                                args=(model_path, dtype, device, self.inbox, self.outbox),
+                                daemon=True)
+        self.proc.start()
+        self._answer("starting the engine")
+
+    def _answer(self, what: str) -> Any:
+        status, out = self.outbox.get(timeout=self.timeout)
+        if status == "error":
+            raise RuntimeError(f"engine process, {what}: {out}")
+        return out
+
+    def call(self, cmd: str, args: Any) -> Any:
+        self.inbox.put((cmd, args))
+        return self._answer(cmd)
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# --------------------------------------------------------------------------------- sections
+def section_env(device: str) -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__,
+                           "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        out.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1),
+                   bf16=torch.cuda.is_bf16_supported())
+    for m in ("transformers", "tokenizers", "omegaconf", "gymnasium", "ray", "hydra", "vllm",
+              "flash_attn", "peft"):
+        try:
+            out[m] = getattr(importlib.import_module(m), "__version__", "?")
+        except Exception as e:  # noqa: BLE001
+            out[m] = f"missing ({type(e).__name__})"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda but torch sees no CUDA device")
+    return out
+
+
+def build_model(args: argparse.Namespace) -> str:
+    if args.model_path:
+        return args.model_path
+    from ragen2.models.tiny import TinyModelSpec, default_corpus, ensure_tiny_model
+
+    spec = TinyModelSpec(**QWEN2_05B) if args.model == "qwen2_0.5b_random" else TinyModelSpec()
+    return str(ensure_tiny_model(spec, default_corpus, args.cache))
+
+
+def learner_config(args: argparse.Namespace) -> Any:
+    """The learner's config as the recipe of a bf16 GPU run sets it (no Hydra: the dataclass)."""
+    from ragen2.config import Config
+
+    cfg = Config()
+    cuda = args.device == "cuda"
+    cfg.cluster.device, cfg.cluster.backend = ("cuda", "nccl") if cuda else ("cpu", "gloo")
+    cfg.cluster.learner_world_size = 1
+    cfg.model.dtype = args.dtype
+    # large enough that the engine is measurably stale after --steps updates (the push section)
+    cfg.algorithm.lr, cfg.algorithm.lr_warmup_steps = 1e-4, 0
+    cfg.algorithm.kl_coef = 1e-3  # a reference model too, as the paper presets train
+    cfg.algorithm.micro_batch_size = args.micro_batch
+    cfg.engine.temperature = 1.0
+    return cfg
+
+
+def synthetic_batch(rows: int, length: int, vocab: int, version: int, seed: int) -> dict[str, Any]:
+    """A GRPO batch of ``rows`` x ``length`` tokens (groups of 4, mixed rewards, 60% trained)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, vocab, (rows, length))
+    attn = np.ones((rows, length), np.int64)
+    mask = (rng.random((rows, length)) < 0.6).astype(np.int64)
+    mask[:, 0] = 0
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": mask,
+            "logprobs": np.zeros((rows, length), np.float32),
+            "token_rewards": np.zeros((rows, length), np.float32),
+            "rewards": rng.integers(0, 2, rows).astype(np.float32),
+            "group_ids": np.arange(rows) // 4, "policy_version": np.full(rows, version, np.int64)}
+
+
+def probe_gap(learner: Any, engine: EngineProcess, ids: list[int]) -> dict[str, float]:
+    """The post-sync probe of a run (ragen2.sync.probe), between these two processes."""
+    from ragen2.sync.probe import compare, learner_logprobs_at, queries_of
+
+    cont = engine.call("continue", (ids, 4, 5))
+    full, queries = queries_of(ids, cont)
+    mean, worst = compare(learner_logprobs_at(learner, full, queries),
+                          [list(d.values()) for d in cont[1]])
+    return {"mean": mean, "max": worst}
+
+
+def section_precision(learner: Any, engine: EngineProcess, ids: list[int],
+                      model_path: str, device: str) -> dict[str, Any]:
+    """Probe gap bf16 engine vs bf16 learner (same weights), and bf16 vs fp32 learner logprobs."""
+    import torch
+
+    from ragen2.models.loading import load_causal_lm
+
+    out: dict[str, Any] = {"probe_gap": probe_gap(learner, engine, ids)}
+    ref = load_causal_lm(model_path, dtype="float32").to(device).eval()
+    x = torch.tensor([ids], device=device)
+    with torch.no_grad():
+        lp32 = torch.log_softmax(ref(input_ids=x).logits[0, :-1].float(), -1)
+        lp32 = lp32.gather(-1, x[0, 1:, None])[:, 0].cpu()
+    del ref
+    lp = torch.tensor(learner.logprobs(ids))
+    d = (lp - lp32).abs()
+    out["learner_vs_fp32"] = {"mean": float(d.mean()), "max": float(d.max())}
+    return out
+
+
+def section_update(learner: Any, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    import math
+
+    import torch
+
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times, metrics = [], []
+    for step in range(1, args.steps + 1):
+        batch = synthetic_batch(args.rows, args.length, vocab, learner.get_version(), step)
+        _sync(args.device)
+        t0 = time.perf_counter()
+        m = learner.update(batch, step=step)
+        _sync(args.device)
+        times.append(time.perf_counter() - t0)
+        metrics.append(m)
+    finite = all(math.isfinite(m["actor/loss"]) and math.isfinite(m["actor/grad_norm"])
+                 for m in metrics)
+    if not finite:
+        raise RuntimeError(f"non-finite loss or grad norm: {metrics}")
+    med = statistics.median(times[1:] if len(times) > 1 else times)  # the first one warms up
+    return {"steps": args.steps, "update_s": times, "update_s_median": med,
+            "tokens_per_s": args.rows * args.length / med,
+            "loss": [m["actor/loss"] for m in metrics],
+            "grad_norm": [m["actor/grad_norm"] for m in metrics],
+            "peak_mem_gib": _peak_gib(args.device)}
+
+
+def section_push(learner: Any, engine: EngineProcess, ids: list[int], args: argparse.Namespace,
+                 ) -> dict[str, Any]:
+    """The engine is stale after the updates; push the learner's weights and probe again."""
+    from ragen2.sync.base import iter_buckets
+
+    before = probe_gap(learner, engine, ids)
+    bucket_bytes = int(args.bucket_mb * 2**20)
+    t0 = time.perf_counter()
+    n = 0
+    if args.device == "cuda":  # the cuda_ipc strategy's two halves, as CudaIpcSync.push runs them
+        from ragen2.sync.cuda_ipc import share_next_bucket
+
+        while (share := share_next_bucket(learner, bucket_bytes, args.dtype, n == 0)) is not None:
+            engine.call("load_ipc", {share[0]: share})
+            n += 1
+        share_next_bucket(learner, bucket_bytes, args.dtype, False)  # frees the last buffer
+    else:  # no CUDA IPC on the CPU: numpy buckets, as the object_store strategy sends them
+        weights: dict[str, Any] = {}
+        for bucket in iter_buckets(learner.named_weights("cpu"), bucket_bytes):
+            weights.update({k: t.float().numpy() for k, t in bucket})
+            n += 1
+        engine.call("load_numpy", weights)  # the HF engine checks that every weight arrived
+    version = engine.call("finish", learner.get_version())
+    seconds = time.perf_counter() - t0
+    after = probe_gap(learner, engine, ids)
+    return {"buckets": n, "seconds": seconds, "engine_version": version,
+            "probe_gap_before": before, "probe_gap_after": after,
+            "peak_mem_gib": _peak_gib(args.device)}
+
+
+def section_generate(engine: EngineProcess, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(3, vocab, 64).tolist() for _ in range(args.gen_prompts)]
+    out = engine.call("generate", (prompts, args.gen_tokens))
+    out["tokens_per_s"] = out["tokens"] / out["seconds"]
+    return out
+
+
+# -------------------------------------------------------------------------------------- main
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--model", choices=("qwen2_0.5b_random", "tiny"), default=None,
+                    help="built offline (default: qwen2_0.5b_random on cuda, tiny on cpu)")
+    ap.add_argument("--model-path", default=None, help="a local HF directory instead (e.g. SmolLM2)")
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    ap.add_argument("--cache", default=None, help="model cache (default $RAGEN2_CACHE)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=32)
+    ap.add_argument("--length", type=int, default=1024)
+    ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--probe-tokens", type=int, default=320)
+    ap.add_argument("--bucket-mb", type=float, default=256.0)
+    ap.add_argument("--gen-prompts", type=int, default=64)
+    ap.add_argument("--gen-tokens", type=int, default=256)
+    ap.add_argument("--timeout", type=float, default=600.0, help="per engine request, seconds")
+    ap.add_argument("--quick", action="store_true", help="small sizes (the CPU rehearsal)")
+    a = ap.parse_args(argv)
+    a.model = a.model or ("qwen2_0.5b_random" if a.device == "cuda" else "tiny")
+    a.dtype = a.dtype or ("bfloat16" if a.device == "cuda" else "float32")
+    if a.device == "cpu" and a.dtype != "float32":
+        ap.error("--device cpu computes in float32 (bf16 is ~10x slower on these CPUs)")
+    if a.quick:
+        a.steps, a.rows, a.length, a.micro_batch = 2, 8, 64, 4
+        a.probe_tokens, a.gen_prompts, a.gen_tokens, a.bucket_mb = 160, 4, 16, 1.0
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    summary: dict[str, Any] = {"args": vars(args), "sections": {}}
+    failed: list[str] = []
+
+    def run(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        print(f"== {name}", flush=True)
+        try:
+            result = fn()
+            entry = result if isinstance(result, dict) else {"value": result}
+            ok = True
+        except Exception as e:  # noqa: BLE001  (the summary says which section broke, and why)
+            result, entry, ok = None, {"error": f"{type(e).__name__}: {e}",
+                                       "traceback": traceback.format_exc(limit=6)}, False
+            failed.append(name)
+        entry = {**entry, "ok": ok, "wall_s": round(time.perf_counter() - t0, 2)}
+        summary["sections"][name] = entry
+        print(json.dumps({k: v for k, v in entry.items() if k != "traceback"}, default=str),
+              flush=True)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        return result
+
+    if run("env", lambda: section_env(args.device)) is None:
+        return 1
+    path = run("model", lambda: build_model(args))
+    learner = engine = None
+    if path is not None:
+        from ragen2.learner.rank import LearnerRank
+        from ragen2.models.loading import load_tokenizer
+
+        def start() -> dict[str, Any]:
+            nonlocal learner, engine
+            engine = EngineProcess(path, args.dtype, args.device, args.timeout)
+            learner = LearnerRank(learner_config(args), path, 0, 1, threads=0)
+            learner.setup("127.0.0.1", _free_port())
+            return {"model_path": path, "params_m": round(
+                sum(p.numel() for p in learner.model.parameters()) / 1e6, 1),
+                "peak_mem_gib": _peak_gib(args.device)}
+
+        run("start", start)
+    if learner is not None and engine is not None:
+        from ragen2.sync.probe import probe_ids
+
+        vocab = len(load_tokenizer(path))
+        ids = probe_ids(vocab, args.probe_tokens)
+        run("precision", lambda: section_precision(learner, engine, ids, path, args.device))
+        run("update", lambda: section_update(learner, args, vocab))
+        run("push", lambda: section_push(learner, engine, ids, args))
+        run("generate", lambda: section_generate(engine, args, vocab))
+    if engine is not None:
+        engine.close()
+    if learner is not None:
+        learner.shutdown()
+    summary["failed"] = failed
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    print(f"gpu_check: {len(summary['sections']) - len(failed)} sections ok, failed: {failed or 'none'}"
+          f" -> {out_dir / 'summary.json'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
