@@ -597,6 +597,9 @@ class ClusterConfig:
     torch_threads: int = 0  # 0 = cores / actors
     layout: str = "colocated"  # colocated | split (GPU only)
     placement_strategy: str = "PACK"  # Ray placement-group strategy: PACK | SPREAD | STRICT_PACK
+    # refuse a CUDA job whose per-GPU memory estimate (ragen2/cluster/memory.py) does not fit;
+    # false: warn and launch anyway
+    memory_check: bool = True
 
     def validate(self, p: str) -> None:
         _positive(self, p, "learner_world_size")

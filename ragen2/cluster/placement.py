@@ -45,12 +45,14 @@ class PlacementError(ValueError):
 
 @dataclass(frozen=True)
 class NodeResources:
-    """One alive Ray node: its id, address and logical CPU / GPU counts."""
+    """One alive Ray node: its id, address, logical CPU / GPU counts and (when known) the memory
+    of each of its GPUs in bytes (0 = unknown: Ray does not report it; the preflight measures it)."""
 
     node_id: str
     cpus: float
     gpus: int
     address: str = ""
+    gpu_memory: int = 0
 
     def label(self) -> str:
         return self.address or self.node_id[:8]

@@ -1,8 +1,8 @@
 """Hardware and package checks run before anything starts.
 
 :func:`hardware_problems` lists what this machine lacks for the config (CUDA, NCCL, vLLM,
-flash-attn, bf16), each as a few lines naming the config key and the fix; :func:`check_hardware`
-raises :class:`HardwareError` with all of them. The checks look at *this* process's machine: with
+flash-attn, bf16, GPU memory by the estimate of :mod:`ragen2.cluster.memory`), each as a few
+lines naming the config key and the fix; :func:`check_hardware` raises :class:`HardwareError` with all of them. The checks look at *this* process's machine: with
 ``cluster.address`` set, the driver may sit on a CPU-only head node, so
 :func:`check_hardware_on_cluster` runs the same checks in a Ray task on a GPU node instead.
 
@@ -14,10 +14,12 @@ first imported, in the actor that uses it.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from typing import Any
 
 from ragen2.config import Config
 
+log = logging.getLogger("ragen2")
 FIX_CPU = "cluster.device=cpu cluster.backend=gloo model.dtype=float32"
 
 
@@ -76,6 +78,8 @@ def hardware_problems(cfg: Config) -> list[str]:
                        f"{' and '.join(missing)}{f': {cuda_missing}' if cuda_missing else ''}.\n"
                        "  fix: learner.attn_implementation=sdpa, or use the Docker image (it builds "
                        "flash-attn against its torch)")
+    if c.device == "cuda" and not cuda_missing:
+        out.extend(_memory_problems(cfg))
     if cfg.model.dtype == "bfloat16" and c.device == "cuda" and not cuda_missing:
         import torch
 
@@ -86,6 +90,23 @@ def hardware_problems(cfg: Config) -> list[str]:
                        "no bf16 support (it needs 8.0+, Ampere or newer).\n"
                        "  fix: model.dtype=float16 or float32, or a newer GPU")
     return out
+
+
+def _memory_problems(cfg: Config) -> list[str]:
+    """The per-GPU memory estimate (:mod:`ragen2.cluster.memory`) against this node's first GPU."""
+    import torch
+
+    from ragen2.cluster.memory import memory_problems
+
+    try:
+        total = int(torch.cuda.get_device_properties(0).total_memory)
+    except (RuntimeError, AssertionError, AttributeError) as e:  # a broken driver fails elsewhere
+        log.warning("memory estimate skipped: cannot read the GPU's memory (%s)", e)
+        return []
+    problems, warnings = memory_problems(cfg, total)
+    for w in warnings:
+        log.warning("%s", w)
+    return problems
 
 
 def _vllm_problems(device: str) -> list[str]:

@@ -1,0 +1,393 @@
+"""Per-GPU memory budget of a config, estimated before anything starts.
+
+:func:`estimate_memory` turns a config and a GPU size into a :class:`MemoryBudget` (what the
+learner and the vLLM engine each need on one GPU, term by term); :func:`memory_problems` turns a
+budget that does not fit into a message naming the numbers and the config keys to change. The
+hardware preflight (:mod:`ragen2.cluster.preflight`) calls it with the GPU it finds
+(``torch.cuda.get_device_properties(0).total_memory``), so a run that cannot fit is refused before
+Ray reserves anything; ``cluster.memory_check=false`` turns the refusal into a warning.
+
+The model's shape comes from ``config.json`` (a local ``model.path``, or the Hugging Face cache for
+a hub name, never a download), else from :data:`KNOWN_SHAPES` (the presets' models), else from
+``model.tiny`` for the models ragen2 builds. A model whose shape cannot be found is not estimated.
+
+**The formula** (bytes on one GPU; P = parameters of the policy, P_c = of the critic (the policy's
+backbone plus a scalar head: P minus an untied output head), W = ``cluster.learner_world_size``,
+FSDP2 shards every parameter, gradient and optimiser state over the W learner ranks):
+
+learner, resident between updates (``learner.cpu_offload=true`` moves all of it to the CPU)
+  * policy  ``(4 + 8) P / W``: fp32 master weights and AdamW's two fp32 moments (LoRA: the frozen
+    base ``4 P / W`` only, its adapters are negligible)
+  * reference ``4 P / W``: fp32 weights, only with ``algorithm.kl_coef > 0``
+  * critic ``(4 + 8) P_c / W``: only with ``algorithm.adv_estimator=gae`` (PPO)
+learner, during the update, on top
+  * gradients ``4 P / W`` (and ``4 P_c / W``), fp32 (LoRA: none to speak of)
+  * gathered weights ``b P``: FSDP2 un-shards the compute copy (``b`` = 2 bytes in bf16/fp16 mixed
+    precision, 4 in fp32); with ``learner.shared_prefix`` (default) the whole model stays gathered
+    through a micro-batch, without it two blocks at a time (``2 b P / L``)
+  * activations of one micro-batch of ``N`` tokens: ``N = max(learner.micro_batch_tokens,
+    rollout.max_context_tokens)`` when ``micro_batch_tokens > 0``, else ``algorithm.micro_batch_size
+    x rollout.max_context_tokens`` (padded rows, no credit for the shared prefix). Per token and
+    layer a Llama/Qwen block keeps ``a = 2 (6 H + 2 kv d + 4 I)`` bytes in bf16 (the inputs of its
+    norms, projections, attention output with sdpa/flash, i.e. no ``s^2`` term, and the SwiGLU's
+    three ``I``-wide tensors); with ``learner.activation_checkpointing`` only each block's input
+    (``2 H`` bytes per layer) is kept plus one block being recomputed: ``N (2 H L + a)``, without
+    it ``N a L``
+  * logits ``N V (2 + 4 k)``: the bf16 logits, then fp32 log-softmax and its gradient (k = 2, 3
+    with ``algorithm.entropy_coef > 0``). The critic's forward/backward comes after the policy's and
+    has no vocabulary, so it is not counted on top
+  * ``LEARNER_OVERHEAD`` (2 GiB): CUDA context, NCCL buffers, allocator fragmentation
+  * loading: each model is loaded in fp32 and moved to the GPU whole before it is sharded, so the
+    peak while loading is ``4 P`` plus what is already resident (never with cpu_offload)
+vLLM engine, on ``engine.gpu_memory_utilization x GPU`` (vLLM's own budget: its weights, activations,
+CUDA graphs and KV cache must fit in it, and it refuses to start with less free memory than that)
+  * weights ``2 P / T`` in bf16/fp16 (``4 P / T`` in fp32), T = ``engine.tensor_parallel_size``
+  * ``ENGINE_OVERHEAD`` (2 GiB): CUDA context, the profile run's activations, sampler, CUDA graphs
+  * KV cache: ``2 L kv d b / T`` bytes per token (keys and values of every layer). vLLM refuses to
+    start if it cannot hold one ``engine.max_model_len`` sequence (a refusal here); holding every
+    episode an engine runs at once (``env_groups x group_size / rollout.num_workers``, or
+    ``trainer.eval_episodes / num_workers`` for evaluation, x ``rollout.max_context_tokens``, no
+    credit for prefix caching) is only needed for full speed: short of it vLLM queues sequences,
+    so that is a warning
+the GPU
+  * ``cluster.layout=split``: a learner GPU holds the learner alone (the whole GPU), an engine GPU
+    the engine alone (its budget)
+  * ``colocated`` without ``engine.sleep_mode``: ``learner peak + engine budget <= GPU``
+  * ``colocated`` with sleep mode: vLLM frees its weights and KV cache while the learner updates
+    (``ENGINE_ASLEEP`` = 1 GiB stays), so ``learner peak + ENGINE_ASLEEP <= GPU`` during updates and
+    ``learner resident + engine budget <= GPU`` while it generates
+
+Assumptions: a dense decoder (no MoE), AdamW, fp32 master weights (what ``ragen2.learner.rank``
+does), no credit for sequence packing or the shared prefix, even shards (``P / W``). It is an
+estimate: a fit with less than ``MARGIN`` (10%) to spare is reported as tight (a warning).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ragen2.config import Config
+
+GiB = 2**30
+LEARNER_OVERHEAD = 2 * GiB
+ENGINE_OVERHEAD = 2 * GiB
+ENGINE_ASLEEP = 1 * GiB
+MARGIN = 0.10
+# torch.cuda.get_device_properties(0).total_memory of the GPUs the presets are sized for
+H100_80GB = 81_559 * 2**20  # 79.6 GiB (A100-80GB: 81,251 MiB)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimate needs of a dense decoder (the names of HF's config.json)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = True
+    head_dim: Optional[int] = None
+    attention_bias: bool = False  # Qwen2's q/k/v biases
+    name: str = ""
+
+    @property
+    def d(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    def params(self) -> int:
+        """Parameters: embeddings (+ untied head), per layer attention + SwiGLU MLP + 2 norms."""
+        h, kv = self.hidden_size, self.num_kv_heads * self.d
+        q = self.num_heads * self.d
+        attn = h * (q + 2 * kv) + q * h + ((q + 2 * kv) if self.attention_bias else 0)
+        layer = attn + 3 * h * self.intermediate_size + 2 * h
+        head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        return self.vocab_size * h + head + self.num_layers * layer + h
+
+    def critic_params(self) -> int:
+        """The value model: the backbone (no untied output head) plus a scalar head."""
+        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self.params() - head + self.hidden_size + 1
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.d * dtype_bytes
+
+    def activation_bytes_per_token_layer(self) -> int:
+        """``a`` of the module docstring: bf16 tensors a block keeps for its backward."""
+        h = self.hidden_size
+        return 2 * (6 * h + 2 * self.num_kv_heads * self.d + 4 * self.intermediate_size)
+
+
+def _qwen(name, h, layers, heads, kv, inter, vocab=151_936, tied=True) -> ModelShape:
+    return ModelShape(h, layers, heads, kv, inter, vocab, tied, attention_bias=True, name=name)
+
+
+# config.json of the models the presets use (and their neighbours), for when it is not on disk
+KNOWN_SHAPES: dict[str, ModelShape] = {s.name: s for s in (
+    _qwen("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 4864),
+    _qwen("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 8960),
+    _qwen("Qwen/Qwen2.5-3B-Instruct", 2048, 36, 16, 2, 11008),
+    _qwen("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 18944, vocab=152_064, tied=False),
+    ModelShape(576, 30, 9, 3, 1536, 49_152, True, name="HuggingFaceTB/SmolLM2-135M-Instruct"),
+)}
+for _n in list(KNOWN_SHAPES):  # the base models share the instruct models' shapes
+    KNOWN_SHAPES[_n.removesuffix("-Instruct")] = KNOWN_SHAPES[_n]
+
+
+def shape_from_config_json(cfg_json: dict, name: str = "") -> ModelShape:
+    text = cfg_json.get("text_config", cfg_json)  # multimodal wrappers keep the LM's config there
+    return ModelShape(
+        hidden_size=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
+        num_heads=int(text["num_attention_heads"]),
+        num_kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
+        intermediate_size=int(text["intermediate_size"]), vocab_size=int(text["vocab_size"]),
+        tie_word_embeddings=bool(cfg_json.get("tie_word_embeddings", True)),
+        head_dim=text.get("head_dim"),
+        attention_bias=bool(text.get("attention_bias", text.get("model_type") == "qwen2")),
+        name=name)
+
+
+def model_shape(cfg: Config) -> Optional[ModelShape]:
+    """The shape of ``cfg.model`` without loading or downloading it; None when unknown."""
+    m = cfg.model
+    if m.path:
+        local = Path(os.path.expanduser(m.path)) / "config.json"
+        found: Optional[str] = str(local) if local.is_file() else None
+        if found is None and not os.path.isabs(m.path) and m.path.count("/") == 1:
+            try:
+                from huggingface_hub import try_to_load_from_cache
+
+                hit = try_to_load_from_cache(m.path, "config.json")
+                found = hit if isinstance(hit, str) else None
+            except Exception:  # noqa: BLE001  (no hub library, a bad name: fall back)
+                found = None
+        if found:
+            try:
+                return shape_from_config_json(json.loads(Path(found).read_text()), m.path)
+            except (OSError, ValueError, KeyError):
+                pass
+        return KNOWN_SHAPES.get(m.path.rstrip("/"))
+    if m.name == "tiny":
+        t = m.tiny
+        return ModelShape(t.hidden_size, t.num_layers, t.num_heads, t.num_kv_heads,
+                          t.intermediate_size, t.vocab_size, t.tie_word_embeddings,
+                          attention_bias=True, name="tiny")
+    if m.name == "smollm2":
+        return KNOWN_SHAPES["HuggingFaceTB/SmolLM2-135M-Instruct"]
+    return None
+
+
+@dataclass
+class MemoryBudget:
+    """Bytes on one GPU, term by term, and whether they fit (see the module docstring)."""
+
+    model: str
+    params: int
+    gpu_bytes: int
+    layout: str
+    learner_terms: dict[str, float] = field(default_factory=dict)  # resident ones
+    update_terms: dict[str, float] = field(default_factory=dict)  # added during the update
+    load_peak: float = 0.0
+    engine_terms: dict[str, float] = field(default_factory=dict)
+    engine_budget: float = 0.0  # gpu_memory_utilization x GPU
+    kv_available: float = 0.0
+    kv_one_sequence: float = 0.0
+    kv_full_batch: float = 0.0
+    sleep_mode: bool = False
+    # filled by _judge
+    learner_room: float = 0.0  # what the learner may use on its GPU while it updates
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def learner_resident(self) -> float:
+        return sum(self.learner_terms.values())
+
+    @property
+    def learner_peak(self) -> float:
+        return max(self.learner_resident + sum(self.update_terms.values()), self.load_peak)
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """Every term in GiB, one line per side (for the log and the refusal)."""
+        def terms(d: dict[str, float]) -> str:
+            return ", ".join(f"{k} {gib(v)}" for k, v in d.items() if v)
+
+        lines = [f"memory per GPU ({gib(self.gpu_bytes)} GPU, cluster.layout={self.layout}, "
+                 f"{self.model}: {self.params / 1e9:.2f}B params)",
+                 f"  learner {gib(self.learner_peak)} at its peak of {gib(self.learner_room)} it "
+                 f"may use: {terms(self.learner_terms)}; during the update + "
+                 f"{terms(self.update_terms)}; loading peak {gib(self.load_peak)}"]
+        if self.engine_budget:
+            lines.append(f"  vLLM engine {gib(self.engine_budget)} (engine.gpu_memory_utilization):"
+                         f" {terms(self.engine_terms)}, leaving {gib(self.kv_available)} of KV "
+                         f"cache (one engine.max_model_len sequence needs "
+                         f"{gib(self.kv_one_sequence)}, every episode at once "
+                         f"{gib(self.kv_full_batch)})")
+        return "\n".join(lines)
+
+
+def gib(x: float) -> str:
+    return f"{x / GiB:.1f} GiB"
+
+
+def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = None
+                    ) -> Optional[MemoryBudget]:
+    """The per-GPU budget of ``cfg`` on GPUs of ``gpu_bytes``; None on CPU or for an unknown model."""
+    if cfg.cluster.device != "cuda":
+        return None
+    shape = shape or model_shape(cfg)
+    if shape is None:
+        return None
+    lc, alg, eng, ro = cfg.learner, cfg.algorithm, cfg.engine, cfg.rollout
+    w, t = cfg.cluster.learner_world_size, eng.tensor_parallel_size
+    p, pc = shape.params(), shape.critic_params()
+    compute_b = DTYPE_BYTES[cfg.model.dtype]
+    lora = lc.lora.rank > 0
+    offload = lc.cpu_offload
+
+    resident: dict[str, float] = {}
+    resident["policy weights+Adam"] = (4 * p if lora else 12 * p) / w
+    if alg.kl_coef > 0:
+        resident["reference"] = 4 * p / w
+    critic = alg.adv_estimator == "gae"
+    if critic:
+        resident["critic weights+Adam"] = 12 * pc / w
+    if offload:  # FSDP2 CPUOffloadPolicy: sharded parameters, gradients and Adam states on the CPU
+        resident = {k: 0.0 for k in resident}
+    resident["CUDA/NCCL overhead"] = LEARNER_OVERHEAD
+
+    update: dict[str, float] = {}
+    if not offload:
+        update["gradients"] = (0 if lora else 4 * p / w) + (4 * pc / w if critic else 0)
+    gathered = compute_b * p if lc.shared_prefix else 2 * compute_b * p / shape.num_layers
+    update["gathered weights"] = gathered
+    if lc.micro_batch_tokens > 0:
+        n_tok = max(lc.micro_batch_tokens, ro.max_context_tokens)
+    else:
+        n_tok = alg.micro_batch_size * ro.max_context_tokens
+    a = shape.activation_bytes_per_token_layer()
+    if lc.activation_checkpointing:
+        update["activations"] = n_tok * (2 * shape.hidden_size * shape.num_layers + a)
+    else:
+        update["activations"] = n_tok * a * shape.num_layers
+    k = 3 if alg.entropy_coef > 0 else 2
+    update["logits"] = n_tok * shape.vocab_size * (2 + 4 * k)
+    load_peak = 0.0 if offload else 4 * max(p, pc if critic else 0) + sum(resident.values())
+
+    b = MemoryBudget(model=shape.name or cfg.model.path or cfg.model.name, params=p,
+                     gpu_bytes=gpu_bytes, layout=cfg.cluster.layout, learner_terms=resident,
+                     update_terms=update, load_peak=load_peak,
+                     sleep_mode=eng.sleep_mode and cfg.cluster.layout == "colocated")
+    if eng.name == "vllm":
+        wb = 4 if cfg.model.dtype == "float32" else 2
+        b.engine_budget = eng.gpu_memory_utilization * gpu_bytes
+        b.engine_terms = {"weights": wb * p / t, "overhead": ENGINE_OVERHEAD}
+        b.kv_available = b.engine_budget - sum(b.engine_terms.values())
+        per_tok = shape.kv_bytes_per_token(wb) / t
+        b.kv_one_sequence = eng.max_model_len * per_tok
+        workers = max(1, ro.num_workers)
+        seqs = max(math.ceil(ro.env_groups * ro.group_size / workers),
+                   math.ceil(cfg.trainer.eval_episodes / workers))
+        b.kv_full_batch = seqs * ro.max_context_tokens * per_tok
+    _judge(cfg, b)
+    return b
+
+
+def _judge(cfg: Config, b: MemoryBudget) -> None:
+    """Fill ``learner_room``, ``problems`` and ``warnings``."""
+    g = b.gpu_bytes
+    engine = b.engine_budget
+    if b.layout == "split" or not engine:
+        b.learner_room = g
+    elif b.sleep_mode:
+        b.learner_room = g - ENGINE_ASLEEP
+    else:
+        b.learner_room = g - engine
+    need = b.learner_peak
+    if need > b.learner_room:
+        b.problems.append(f"the learner needs {gib(need)} per GPU and has {gib(b.learner_room)}")
+    elif need > (1 - MARGIN) * b.learner_room:
+        b.warnings.append(f"the learner's estimate {gib(need)} is within {MARGIN:.0%} of the "
+                          f"{gib(b.learner_room)} it has")
+    if b.sleep_mode and engine and b.learner_resident + engine > g:
+        b.problems.append(f"while vLLM generates (awake, {gib(engine)}) the learner keeps "
+                          f"{gib(b.learner_resident)} resident: {gib(b.learner_resident + engine)} "
+                          f"> the GPU's {gib(g)}")
+    if engine:
+        if b.kv_available < b.kv_one_sequence:
+            b.problems.append(
+                f"vLLM's budget {gib(engine)} leaves {gib(max(b.kv_available, 0))} of KV cache "
+                f"after its weights and overhead, less than one engine.max_model_len="
+                f"{cfg.engine.max_model_len} sequence ({gib(b.kv_one_sequence)}): vLLM refuses "
+                "to start")
+        elif b.kv_available < b.kv_full_batch:
+            b.warnings.append(
+                f"vLLM's KV cache ({gib(b.kv_available)}) holds fewer than every episode of a "
+                f"step at once ({gib(b.kv_full_batch)}): it will queue sequences (slower "
+                "rollouts, same results)")
+
+
+def fix_advice(cfg: Config, b: MemoryBudget) -> str:
+    """The config keys that lower the need or raise the room, for the refusal message."""
+    c, lc, alg, eng = cfg.cluster, cfg.learner, cfg.algorithm, cfg.engine
+    out = []
+    learner_short = b.learner_peak > b.learner_room or (
+        b.sleep_mode and b.learner_resident + b.engine_budget > b.gpu_bytes)
+    if learner_short:
+        out.append(f"more learner GPUs (cluster.learner_world_size={c.learner_world_size}, "
+                   "e.g. cluster=gpu_8)")
+        if not lc.cpu_offload:
+            out.append("learner.cpu_offload=true")
+        if alg.adv_estimator == "gae":
+            out.append("algorithm=grpo (no critic)")
+        if lc.lora.rank == 0:
+            out.append("learner.lora.rank=16 (adapters only)")
+        if not lc.activation_checkpointing:
+            out.append("learner.activation_checkpointing=true")
+        if c.layout == "colocated" and b.engine_budget:
+            if not eng.sleep_mode:
+                out.append("engine.sleep_mode=true")
+            out.append(f"a lower engine.gpu_memory_utilization (now {eng.gpu_memory_utilization:g})")
+        tokens = "learner.micro_batch_tokens" if lc.micro_batch_tokens > 0 else "algorithm.micro_batch_size"
+        out.append(f"a smaller {tokens}")
+    if b.engine_budget and b.kv_available < b.kv_one_sequence:
+        out.append(f"a higher engine.gpu_memory_utilization (now {eng.gpu_memory_utilization:g}), "
+                   f"a lower engine.max_model_len (now {eng.max_model_len}) or a larger "
+                   "engine.tensor_parallel_size")
+    return ", ".join(dict.fromkeys(out))
+
+
+def memory_problems(cfg: Config, gpu_bytes: int) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of ``cfg`` on GPUs of ``gpu_bytes``: each problem one message naming
+    the numbers and the keys to change; empty when it fits, on CPU, or for an unknown model."""
+    b = estimate_memory(cfg, gpu_bytes)
+    if b is None:
+        return [], []
+    warnings = [f"memory estimate: {w}" for w in b.warnings]
+    if b.fits:
+        return [], warnings
+    msg = (f"the job does not fit in GPU memory (ragen2.cluster.memory estimate): "
+           f"{'; '.join(b.problems)}.\n{b.describe()}\n  fix: {fix_advice(cfg, b)}; or "
+           "cluster.memory_check=false to launch anyway (the estimate is documented in "
+           "ragen2/cluster/memory.py)")
+    if not cfg.cluster.memory_check:
+        return [], warnings + [msg.replace("does not fit", "may not fit", 1)]
+    return [msg], warnings
+
+
+def plan_memory(cfg: Config, nodes) -> Optional[MemoryBudget]:  # noqa: ANN001  (NodeResources)
+    """:func:`estimate_memory` on the smallest GPU of ``nodes`` whose GPU memory is known (a
+    described node list, e.g. in tests or from an inventory); None when none is known."""
+    sizes = [n.gpu_memory for n in nodes if n.gpus > 0 and n.gpu_memory > 0]
+    return estimate_memory(cfg, min(sizes)) if sizes else None

@@ -1,0 +1,186 @@
+"""The per-GPU memory estimate (ragen2/cluster/memory.py) on every paper preset x cluster preset.
+
+Each case composes the real Hydra config (``+experiment=<e> cluster=<c>``), plans its placement on
+a described node list (80 GB H100s, as the presets' headers assume) and asserts fit / no fit. The
+3B-PPO-with-a-critic-on-one-GPU case is worked out by hand below.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen2.cluster import memory, preflight
+from ragen2.cluster.memory import (GiB, H100_80GB, KNOWN_SHAPES, estimate_memory, memory_problems,
+                                   model_shape, plan_memory)
+from ragen2.cluster.placement import NodeResources, plan_placement
+from ragen2.config import ConfigError
+from ragen2.train import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+CLUSTERS = sorted(p.stem for p in (ROOT / "configs" / "cluster").glob("*.yaml"))
+NODES = {  # what each cluster preset's header says it is for
+    "gpu_1": [NodeResources("n0" * 8, 16, 1, "10.0.0.1", gpu_memory=H100_80GB)],
+    "gpu_8": [NodeResources("n0" * 8, 64, 8, "10.0.0.1", gpu_memory=H100_80GB)],
+    "gpu_8_split": [NodeResources("n0" * 8, 64, 8, "10.0.0.1", gpu_memory=H100_80GB)],
+    "local": [],
+}
+PAPER_3B = ["ragen2_paper", "ragen2_code", "ragen2_countdown", "ragen2_frozenlake", "ragen2_math",
+            "ragen2_sokoban"]
+PAPER_05B = [f"{e}_0.5b" for e in PAPER_3B[1:]]
+TINY = ["ragen2_sweep", "top_p_sweep"]  # multirun presets: alone they sweep the CPU default
+
+
+def expected(experiment: str, cluster: str) -> str:
+    if cluster == "local":  # bf16 presets are refused on the CPU; the tiny default runs there
+        return "cpu" if experiment in TINY else "config error"
+    if experiment in PAPER_3B and cluster == "gpu_1":
+        return "no fit"  # 3B PPO with a critic on one 80 GB GPU (worked out below)
+    return "fit"
+
+
+def test_every_preset_is_covered():
+    assert set(EXPERIMENTS) == set(PAPER_3B + PAPER_05B + TINY)
+    assert set(CLUSTERS) == set(NODES)
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_preset_fits_or_not(experiment, cluster):
+    want = expected(experiment, cluster)
+    overrides = [f"+experiment={experiment}", f"cluster={cluster}"]
+    if want == "config error":
+        with pytest.raises(ConfigError, match="model.dtype"):
+            load_config(overrides)
+        return
+    cfg = load_config(overrides)
+    plan = plan_placement(cfg, NODES[cluster])  # the layout fits the described nodes
+    assert plan.device == cfg.cluster.device
+    budget = plan_memory(cfg, NODES[cluster])
+    if want == "cpu":
+        assert budget is None and cfg.cluster.device == "cpu"
+        return
+    assert budget is not None, "the model's shape is known for every preset"
+    assert budget.fits == (want == "fit"), budget.describe()
+    problems, _ = memory_problems(cfg, H100_80GB)
+    assert bool(problems) == (want == "no fit")
+
+
+def test_3b_ppo_with_critic_on_one_80gb_gpu_by_hand():
+    """Qwen2.5-3B-Instruct's config.json: H 2048, 36 layers, 16 heads of 128, 2 KV heads, MLP 11008,
+    vocab 151936, tied embeddings, q/k/v biases."""
+    h, layers, kv, d, inter, vocab = 2048, 36, 2, 128, 11008, 151936
+    per_layer = (h * (h + 2 * kv * d) + (h + 2 * kv * d)  # q, k, v with biases
+                 + h * h + 3 * h * inter + 2 * h)  # o_proj, gate/up/down, two norms
+    p = vocab * h + layers * per_layer + h  # embedding (tied head), blocks, final norm
+    assert p == 3_085_938_688  # the published 3.09B
+    gpu = 81_559 * 2**20  # an H100 80GB as torch reports it: 79.6 GiB
+    # gpu_1: W = 1, colocated, vLLM takes 0.4 of the GPU, the learner the remaining 0.6
+    room = gpu - 0.4 * gpu  # 47.8 GiB
+    policy = 12 * p  # fp32 weights + Adam m, v: 34.5 GiB
+    critic = 12 * (p + h + 1)  # same backbone + scalar head: 34.5 GiB
+    grads = 4 * p + 4 * (p + h + 1)  # 23.0 GiB
+    gathered = 2 * p  # bf16 compute copy, whole model (shared prefix): 5.7 GiB
+    n = 4096  # learner.micro_batch_tokens = rollout.max_context_tokens = 4096
+    acts = n * (2 * h * layers + 2 * (6 * h + 2 * kv * d + 4 * inter))  # checkpointed: 1.0 GiB
+    logits = n * vocab * (2 + 4 * 3)  # bf16 + fp32 log-softmax, grad, entropy: 8.1 GiB
+    need = policy + critic + 2 * GiB + grads + gathered + acts + logits
+    assert 108 * GiB < need < 110 * GiB and room < 48 * GiB  # more than twice what it has
+
+    cfg = load_config(["+experiment=ragen2_sokoban", "cluster=gpu_1"])
+    assert cfg.algorithm.adv_estimator == "gae" and cfg.cluster.learner_world_size == 1
+    b = estimate_memory(cfg, gpu)
+    assert b.params == p
+    assert b.learner_peak == pytest.approx(need, rel=1e-9)
+    assert b.learner_room == pytest.approx(room, rel=1e-9)
+    assert not b.fits
+    problems, _ = memory_problems(cfg, gpu)
+    (msg,) = problems
+    assert "108.8 GiB" in msg and "47.8 GiB" in msg and "critic weights+Adam 34.5 GiB" in msg
+    for key in ("cluster.learner_world_size=1", "cluster=gpu_8", "learner.cpu_offload=true",
+                "algorithm=grpo", "engine.sleep_mode=true", "engine.gpu_memory_utilization",
+                "cluster.memory_check=false"):
+        assert key in msg, key
+    assert len(msg.splitlines()) <= 5
+
+
+def test_the_suggested_fixes_fit():
+    base = ["+experiment=ragen2_sokoban", "cluster=gpu_1"]
+    # without the critic 3B still does not fit one GPU beside vLLM (62.8 > 47.8 GiB) ...
+    assert not estimate_memory(load_config(base + ["algorithm=grpo"]), H100_80GB).fits
+    # ... with the sharded states on the CPU it does, critic and all
+    assert estimate_memory(load_config(base + ["learner.cpu_offload=true"]), H100_80GB).fits
+    # and 8 GPUs (the preset's own cluster=gpu_8) hold it
+    assert estimate_memory(load_config(["+experiment=ragen2_sokoban"]), H100_80GB).fits
+
+
+def test_a_smaller_gpu_refuses_the_05b_preset():
+    """cluster=gpu_1's header: on 40 GB lower the vLLM share or use sleep mode."""
+    cfg = load_config(["+experiment=ragen2_sokoban_0.5b"])
+    a100_40 = 40_536 * 2**20
+    assert not estimate_memory(cfg, a100_40).fits
+    cfg = load_config(["+experiment=ragen2_sokoban_0.5b", "engine.sleep_mode=true"])
+    assert estimate_memory(cfg, a100_40).fits
+
+
+def test_vllm_without_room_for_one_sequence_is_refused():
+    cfg = load_config(["+experiment=ragen2_sokoban", "engine.gpu_memory_utilization=0.09"])
+    b = estimate_memory(cfg, H100_80GB)
+    assert not b.fits and b.kv_available < b.kv_one_sequence
+    (msg,) = memory_problems(cfg, H100_80GB)[0]
+    assert "engine.max_model_len=4096" in msg and "a higher engine.gpu_memory_utilization" in msg
+
+
+def test_memory_check_false_warns_instead():
+    cfg = load_config(["+experiment=ragen2_sokoban", "cluster=gpu_1", "cluster.memory_check=false"])
+    problems, warnings = memory_problems(cfg, H100_80GB)
+    assert problems == [] and any("may not fit" in w for w in warnings)
+
+
+def test_split_layout_gives_the_learner_its_whole_gpu():
+    cfg = load_config(["+experiment=ragen2_sokoban", "cluster=gpu_8_split"])
+    b = estimate_memory(cfg, H100_80GB)
+    assert b.learner_room == H100_80GB and b.engine_budget == pytest.approx(0.85 * H100_80GB)
+
+
+def test_shape_from_a_local_config_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+        "vocab_size": 49152, "tie_word_embeddings": True}))
+    cfg = load_config(["model=hf", f"model.path={tmp_path}"])
+    shape = model_shape(cfg)
+    assert shape.params() == KNOWN_SHAPES["HuggingFaceTB/SmolLM2-135M-Instruct"].params()
+    assert shape.params() == 134_515_008  # SmolLM2-135M (PLATFORM.md: 134.5M)
+
+
+def test_unknown_model_is_not_estimated(tmp_path):
+    cfg = load_config(["model=hf", f"model.path={tmp_path}/nowhere", "cluster=gpu_1",
+                       "engine=hf"])
+    assert model_shape(cfg) is None and memory_problems(cfg, H100_80GB) == ([], [])
+
+
+def test_preflight_refuses_on_the_gpu_it_finds(monkeypatch):
+    """hardware_problems reads the GPU's size from torch and refuses the 3B-on-one-GPU job."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(preflight, "_installed", lambda m: True)
+    monkeypatch.setattr(preflight, "_vllm_problems", lambda device: [])
+
+    class Props:
+        total_memory = H100_80GB
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props())
+    problems = preflight.hardware_problems(load_config(["+experiment=ragen2_sokoban",
+                                                        "cluster=gpu_1"]))
+    assert len(problems) == 1 and "does not fit in GPU memory" in problems[0]
+    assert preflight.hardware_problems(load_config(["+experiment=ragen2_sokoban"])) == []
+    with pytest.raises(preflight.HardwareError, match="learner.cpu_offload=true"):
+        preflight.check_hardware(load_config(["+experiment=ragen2_sokoban", "cluster=gpu_1"]))
+    assert memory.LEARNER_OVERHEAD == 2 * GiB  # the documented constant
