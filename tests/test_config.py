@@ -146,3 +146,19 @@ def test_context_budget_must_fit_the_vllm_model_length():
                                           r"engine.max_model_len=2048"):
         load_config(["engine=vllm", "rollout.max_context_tokens=4096"])
     load_config(["engine=vllm", "rollout.max_context_tokens=4096", "engine.max_model_len=4096"])
+
+
+def test_monitor_mi_yaml_lists_every_monitor_key_at_its_default():
+    """configs/monitor/mi.yaml is where a user reads the monitor's options: it names every
+    MonitorConfig key, each at the dataclass default (so the YAML cannot drift from the code)."""
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from ragen2.config import MonitorConfig
+
+    y = yaml.safe_load((Path(__file__).parent.parent / "configs/monitor/mi.yaml").read_text())
+    d = dataclasses.asdict(MonitorConfig())
+    assert set(y) == set(d)
+    assert {k: y[k] for k in d} == d
