@@ -10,11 +10,9 @@ recipe=tiny``), each with its own cached warm start.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from ragen2.train import load_config, resolve_model_path, train
+from tests.control_arms import step1_rows
 from tests.test_e2e import ONE_RANK
 
 pytestmark = pytest.mark.slow
@@ -28,14 +26,7 @@ BASE = ["env.id=tests.choice_env:ChoiceWord-v0", "trainer.total_steps=1", "monit
 
 
 def test_action_mi_separates_acting_on_reasoning_from_decoration(ray_session, tmp_path):
-    model = resolve_model_path(load_config(BASE + ["env.kwargs.answer=follow"]))
-    step1 = {}
-    for mode in ("follow", "independent"):
-        run = tmp_path / mode
-        train(load_config(BASE + [f"env.kwargs.answer={mode}", "model=hf", f"model.path={model}",
-                                  "recipe=tiny"]), run)
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        step1[mode] = next(r for r in rows if r["step"] == 1)
+    step1 = step1_rows(BASE, "env.kwargs.answer", ("follow", "independent"), tmp_path)
     keys = ("rollout/success", "collapse/mi", "collapse/action/mi", "collapse/action/mi_null",
             "collapse/action/mi_p_value", "collapse/action/mi_bound", "collapse/action/log_k",
             "collapse/action/retrieval_acc@1", "collapse/action/retrieval_chance@1",

@@ -8,11 +8,9 @@ neither success nor entropy tells them apart; the monitor's MI and retrieval acc
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from ragen2.train import load_config, resolve_model_path, train
+from tests.control_arms import step1_rows
 from tests.test_e2e import ONE_RANK
 
 pytestmark = pytest.mark.slow
@@ -26,13 +24,7 @@ BASE = ["env.id=tests.reasoning_env:EchoWord-v0", "trainer.total_steps=1", "moni
 
 
 def test_monitor_separates_describing_from_template_reasoning(ray_session, tmp_path):
-    model = resolve_model_path(load_config(BASE + ["env.kwargs.reasoning=describe"]))
-    step1 = {}
-    for mode in ("describe", "template"):
-        run = tmp_path / mode
-        train(load_config(BASE + [f"env.kwargs.reasoning={mode}", "model=hf", f"model.path={model}", "recipe=tiny"]), run)
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        step1[mode] = next(r for r in rows if r["step"] == 1)
+    step1 = step1_rows(BASE, "env.kwargs.reasoning", ("describe", "template"), tmp_path)
     d, t = step1["describe"], step1["template"]
     # both policies do the task (chance: 1/12) and are nearly deterministic ... (the template
     # policy must answer a word its reasoning did not name, which it learns more slowly: its
