@@ -27,6 +27,7 @@ from ragen2.filtering.select import ZERO_EPS
 from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
+from ragen2.preempt import Preempted, StopSignal
 from ragen2.rollout.envs import EnvEntry, allocate, assign, eval_entries, train_entries
 from ragen2.rollout.pool import WorkerPool
 from ragen2.rollout.runner import EpisodeSpec
@@ -613,6 +614,13 @@ def count_nonfinite(in_row: int, skipped: bool, limit: int, where: str, key: str
     return in_row
 
 
+def preempted_message(signal_name: str, step: int, run_dir: Path) -> str:
+    ckpt = checkpoint.latest(run_dir)
+    return (f"{signal_name}: stopped after step {step}; latest checkpoint "
+            f"{ckpt.name if ckpt else 'none'}. Resume: the same command with "
+            f"hydra.run.dir={run_dir} trainer.resume=true")
+
+
 def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
     """Train according to ``cfg`` in ``run_dir``; returns the summary also written to summary.json."""
     t_start = time.perf_counter()
@@ -628,6 +636,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
     logger = MetricsLogger(tr.loggers, run_dir, resume_step=start if ckpt else -1,
                            total_steps=tr.total_steps, start_step=start,
                            project=tr.wandb_project, config=asdict(cfg))
+    # SIGUSR1 / SIGTERM (a SLURM time limit, preemption): finish the step, checkpoint, stop
+    stop_signal = StopSignal().__enter__()
     try:
         if ckpt:
             ctl.version = ctl.learners.call("load", str(ckpt))[0]
@@ -661,6 +671,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
         stopper.load_state_dict(state.get("early_stop", {}))
         stop_reason, last_step = None, start
         for step in range(start + 1, tr.total_steps + 1):
+            if stop_signal.received:  # arrived before the first step: nothing new to save
+                raise Preempted(preempted_message(stop_signal.name, step - 1, run_dir))
             last_step = step
             m, trained = ctl.train_step(step)
             if trained:  # the learner skips a mini-batch whose loss or gradient is nan/inf
@@ -702,6 +714,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             state["early_stop"] = stopper.state_dict()
             logger.log(step, m)
             save_pending |= (step == tr.total_steps or stop_reason is not None
+                             or stop_signal.received is not None
                              or bool(tr.save_every and step % tr.save_every == 0))
             if save_pending and m.get("actor/nonfinite_skipped", 0) > 0:
                 # never checkpoint a step whose update met a nan/inf: wait for a clean one
@@ -715,6 +728,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             if stop_reason:
                 print(f"[ragen2] early stop at step {step}: {stop_reason}", flush=True)
                 break
+            if stop_signal.received and step < tr.total_steps:
+                raise Preempted(preempted_message(stop_signal.name, step, run_dir))
         if save_pending:
             log.warning("no checkpoint after step %d: its update skipped optimizer steps for a "
                         "non-finite loss or gradient (latest checkpoint: %s)", last_step,
@@ -729,5 +744,6 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                   f"seed {cfg.seed})", flush=True)
         return summary
     finally:
+        stop_signal.__exit__()
         logger.close()
         ctl.shutdown()

@@ -94,7 +94,10 @@ def ensure_ray(cfg: Config) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # Workers must import the user's env modules (env.id=<module>:<id>) exactly as the driver does.
     path = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
-    ray.init(address=cfg.cluster.address, num_cpus=cfg.cluster.num_cpus, include_dashboard=False,
+    from ragen2.cluster.jobs import ray_address
+
+    # "local" unless cluster.address says otherwise: never another job's Ray on a shared node
+    ray.init(address=ray_address(cfg), num_cpus=cfg.cluster.num_cpus, include_dashboard=False,
              log_to_driver=True, runtime_env={"env_vars": {"PYTHONPATH": path}})
 
 
@@ -105,6 +108,7 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
 
     from ragen2.cluster import (check_hardware, check_hardware_on_cluster, cluster_nodes,
                                 plan_placement)
+    from ragen2.cluster.preflight import check_model_on_nodes
 
     check_run_dir(run_dir)  # before Ray or any model: a bad run dir fails in a second
     for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
@@ -118,6 +122,7 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
         plan_placement(cfg, cluster_nodes())  # refuse a layout the cluster cannot hold, now
     if cfg.cluster.address is not None:
         check_hardware_on_cluster(cfg)  # the driver may sit on a CPU-only head node
+    check_model_on_nodes(cfg, model_path)  # every node that loads the model can read it
     return run(cfg, Path(run_dir), model_path)
 
 
@@ -144,6 +149,8 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     from ragen2.rollout.chat import ChatTemplateError
     from ragen2.rollout.envs import EnvSpecError
     from ragen2.cluster import HardwareError, PlacementError
+    from ragen2.cluster.jobs import GpuSliceError, sweep_job_gpus
+    from ragen2.preempt import PREEMPTED_EXIT, Preempted
     from ragen2.sync import WeightSyncError
 
     try:
@@ -153,10 +160,14 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     logging.getLogger("ragen2").setLevel(logging.INFO)
     run_dir = HydraConfig.get().runtime.output_dir
     try:
-        train(typed, run_dir)
+        with sweep_job_gpus(typed):  # a joblib sweep job: its own CUDA_VISIBLE_DEVICES slice
+            train(typed, run_dir)
     except (EnvSpecError, FileNotFoundError, HardwareError, PlacementError, RunDirError,
-            ChatTemplateError, MissingPackageError) as e:
+            ChatTemplateError, MissingPackageError, GpuSliceError) as e:
         _fail(str(e))
+    except Preempted as e:  # SIGUSR1/SIGTERM: checkpointed at the end of a step
+        print(f"ragen2-train: {e}", file=sys.stderr)
+        sys.exit(PREEMPTED_EXIT)
     except (EnvFailureError, TrainingStopped, WeightSyncError, CheckpointWriteError) as e:
         _fail(str(e), code=1)  # stopped itself, with a reason
     except OSError as e:  # the disk filled up (or turned read-only) during the run

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from typing import Any
 
 from ragen2.config import Config
@@ -161,3 +162,82 @@ def check_hardware_on_cluster(cfg: Config, timeout_s: float = 300.0) -> None:
     problems: list[Any] = ray.get(ref)
     if problems:
         raise HardwareError("a Ray node cannot run the configured job:\n- " + "\n- ".join(problems))
+
+
+# ------------------------------------------------------------------- the model on every node
+def looks_local(path: str) -> bool:
+    """A filesystem path (absolute, ``~``, ``./``, or a directory here), not a hub name."""
+    return (path.startswith(("/", "~", ".")) or os.path.isdir(os.path.expanduser(path))
+            or path.count("/") > 1)
+
+
+def model_problem(path: str) -> str | None:
+    """Why this node cannot load the model at ``path`` (a local directory or a hub name), or None.
+
+    A directory must hold ``config.json``. A hub name must be in this node's Hugging Face cache
+    (``HF_HOME``) when ``HF_HUB_OFFLINE=1`` or ``TRANSFORMERS_OFFLINE=1``; online it is downloaded
+    where it is missing (not a problem, but every node then downloads it on its own).
+    """
+    if looks_local(path):
+        p = os.path.expanduser(path)
+        if not os.path.isdir(p):
+            return f"no directory {p}"
+        if not os.path.isfile(os.path.join(p, "config.json")):
+            return f"{p} holds no config.json (not a Hugging Face model directory)"
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    except Exception:  # noqa: BLE001  (a name the hub library rejects: the loader will say why)
+        cached = False
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
+                  for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if not cached and offline:
+        home = os.environ.get("HF_HOME", "~/.cache/huggingface")
+        return (f"hub model {path} is not in this node's Hugging Face cache (HF_HOME={home}) and "
+                "HF_HUB_OFFLINE=1 forbids downloading it")
+    return None
+
+
+def _node_report(path: str) -> tuple[str, str | None]:
+    import socket
+
+    return socket.gethostname(), model_problem(path)
+
+
+def check_model_on_nodes(cfg: Config, model_path: str, timeout_s: float = 120.0) -> None:
+    """Run :func:`model_problem` on every alive Ray node that will load the model (every node
+    with a GPU for ``cluster.device=cuda``, every node on the CPU) and raise :class:`HardwareError`
+    naming each node and the path when any of them cannot. Call it after ``ray.init``."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    path = model_path
+    if looks_local(path) and not path.startswith("~"):
+        path = os.path.abspath(path)  # Ray workers do not run in the driver's directory
+    nodes = [n for n in ray.nodes() if n.get("Alive")
+             and (cfg.cluster.device != "cuda" or n.get("Resources", {}).get("GPU", 0) > 0)]
+    task = ray.remote(_node_report)
+    refs = {n["NodeManagerAddress"] + f" ({n['NodeID'][:8]})": task.options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
+    ).remote(path) for n in nodes}
+    ready, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    bad = []
+    for label, ref in refs.items():
+        if ref in pending:
+            ray.cancel(ref, force=True)
+            bad.append(f"{label}: no answer within {timeout_s:g} s")
+            continue
+        host, problem = ray.get(ref)
+        if problem:
+            bad.append(f"{label} {host}: {problem}")
+    if bad:
+        what = "model.path" if cfg.model.path else f"the built-in model {cfg.model.name!r}"
+        raise HardwareError(
+            f"{what} ({path}) cannot be loaded on {len(bad)} of {len(nodes)} Ray nodes, and every "
+            "node loads the model itself:\n  " + "\n  ".join(bad[:8])
+            + (f"\n  ... ({len(bad) - 8} more)" if len(bad) > 8 else "")
+            + "\n  fix: put the model on storage every node mounts at the same path (README "
+            "'Running on GPUs': pre-download with `hf download ... --local-dir`), or set HF_HOME "
+            "to a shared cache; the cache of built-in models is RAGEN2_CACHE")

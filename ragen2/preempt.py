@@ -1,0 +1,57 @@
+"""Stopping on a signal at the end of the current step, checkpointed (SLURM time limits, preemption).
+
+:class:`StopSignal` installs handlers for ``SIGUSR1`` and ``SIGTERM`` for the length of a training
+loop (main thread only; elsewhere it does nothing). The first signal only sets a flag: the
+controller finishes the step it is in, writes its checkpoint and raises :class:`Preempted`, which
+``ragen2-train`` turns into exit status :data:`PREEMPTED_EXIT` (75, ``EX_TEMPFAIL``: try again),
+so a job script can tell "checkpointed, requeue me" from success or failure. A second signal stops
+at once (``SystemExit``, status 128 + signal), as the default action would have. The previous
+handlers (Ray installs one for SIGTERM) are restored on exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any, Optional
+
+log = logging.getLogger("ragen2")
+PREEMPTED_EXIT = 75
+SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+class Preempted(RuntimeError):
+    """A stop signal arrived; the run checkpointed at the end of its step and stopped."""
+
+
+class StopSignal:
+    """``with StopSignal() as s: ... if s.received: ...`` (see the module docstring)."""
+
+    def __init__(self, signals: tuple[int, ...] = SIGNALS) -> None:
+        self.signals = signals
+        self.received: Optional[int] = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:  # noqa: ARG002
+        if self.received is not None:
+            raise SystemExit(128 + signum)
+        self.received = signum
+        log.warning("%s received: stopping after this step, with a checkpoint (send it again to "
+                    "stop at once)", signal.Signals(signum).name)
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        self._previous.clear()
