@@ -27,7 +27,7 @@ from ragen2.filtering.select import ZERO_EPS
 from ragen2.learner import checkpoint
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
-from ragen2.preempt import Preempted, StopSignal
+from ragen2.preempt import StopSignal
 from ragen2.rollout.envs import EnvEntry, allocate, assign, eval_entries, train_entries
 from ragen2.rollout.pool import WorkerPool
 from ragen2.rollout.runner import EpisodeSpec
@@ -672,7 +672,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
         stop_reason, last_step = None, start
         for step in range(start + 1, tr.total_steps + 1):
             if stop_signal.received:  # arrived before the first step: nothing new to save
-                raise Preempted(preempted_message(stop_signal.name, step - 1, run_dir))
+                raise stop_signal.preempted(preempted_message(stop_signal.name, step - 1, run_dir))
             last_step = step
             m, trained = ctl.train_step(step)
             if trained:  # the learner skips a mini-batch whose loss or gradient is nan/inf
@@ -729,7 +729,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 print(f"[ragen2] early stop at step {step}: {stop_reason}", flush=True)
                 break
             if stop_signal.received and step < tr.total_steps:
-                raise Preempted(preempted_message(stop_signal.name, step, run_dir))
+                raise stop_signal.preempted(preempted_message(stop_signal.name, step, run_dir))
         if save_pending:
             log.warning("no checkpoint after step %d: its update skipped optimizer steps for a "
                         "non-finite loss or gradient (latest checkpoint: %s)", last_step,

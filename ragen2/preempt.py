@@ -7,6 +7,11 @@ controller finishes the step it is in, writes its checkpoint and raises :class:`
 so a job script can tell "checkpointed, requeue me" from success or failure. A second signal stops
 at once (``SystemExit``, status 128 + signal), as the default action would have. The previous
 handlers (Ray installs one for SIGTERM) are restored on exit.
+
+Under submitit (Hydra's submitit launcher) SIGUSR1 is submitit's "checkpoint and requeue" signal:
+the handler found there is handed on in :attr:`Preempted.chain` and ``ragen2-train`` calls it
+after the checkpoint, so submitit still requeues the job (which resumes with
+``trainer.resume=true``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import signal
 import threading
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 log = logging.getLogger("ragen2")
 PREEMPTED_EXIT = 75
@@ -23,7 +28,15 @@ SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 
 class Preempted(RuntimeError):
-    """A stop signal arrived; the run checkpointed at the end of its step and stopped."""
+    """A stop signal arrived; the run checkpointed at the end of its step and stopped.
+
+    ``chain``: the SIGUSR1 handler that was installed before ours (submitit's requeue), to call
+    once the checkpoint is written; None otherwise."""
+
+    def __init__(self, msg: str, signum: int = 0, chain: Optional[Callable[..., Any]] = None):
+        super().__init__(msg)
+        self.signum = signum
+        self.chain = chain
 
 
 class StopSignal:
@@ -50,6 +63,11 @@ class StopSignal:
             for s in self.signals:
                 self._previous[s] = signal.signal(s, self._handle)
         return self
+
+    def preempted(self, msg: str) -> Preempted:
+        """The exception to raise once the step is checkpointed (with submitit's handler, if any)."""
+        prev = self._previous.get(self.received) if self.received == signal.SIGUSR1 else None
+        return Preempted(msg, self.received or 0, prev if callable(prev) else None)
 
     def __exit__(self, *exc: Any) -> None:
         for s, h in self._previous.items():

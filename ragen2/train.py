@@ -167,6 +167,8 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
         _fail(str(e))
     except Preempted as e:  # SIGUSR1/SIGTERM: checkpointed at the end of a step
         print(f"ragen2-train: {e}", file=sys.stderr)
+        if e.chain is not None:  # submitit's SIGUSR1 handler: requeue this job (it exits)
+            e.chain(e.signum, None)
         sys.exit(PREEMPTED_EXIT)
     except (EnvFailureError, TrainingStopped, WeightSyncError, CheckpointWriteError) as e:
         _fail(str(e), code=1)  # stopped itself, with a reason

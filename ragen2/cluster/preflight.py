@@ -2,9 +2,11 @@
 
 :func:`hardware_problems` lists what this machine lacks for the config (CUDA, NCCL, vLLM,
 flash-attn, bf16, GPU memory by the estimate of :mod:`ragen2.cluster.memory`), each as a few
-lines naming the config key and the fix; :func:`check_hardware` raises :class:`HardwareError` with all of them. The checks look at *this* process's machine: with
-``cluster.address`` set, the driver may sit on a CPU-only head node, so
-:func:`check_hardware_on_cluster` runs the same checks in a Ray task on a GPU node instead.
+lines naming the config key and the fix; :func:`check_hardware` raises :class:`HardwareError`
+with all of them. The checks look at *this* process's machine: with ``cluster.address`` set,
+the driver may sit on a CPU-only head node, so :func:`check_hardware_on_cluster` runs the same
+checks in a Ray task on a GPU node instead. :func:`check_model_on_nodes` checks that every node
+that loads the model can read it (a Ray task per node).
 
 Packages are looked up with ``importlib.util.find_spec`` (no import: ``import vllm`` alone takes
 seconds and loads CUDA libraries); a package that is present but broken still fails where it is
