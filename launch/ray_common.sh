@@ -18,10 +18,13 @@ ray_gpus() {
   fi
 }
 
-# The IP the other nodes reach this one on: $RAY_NODE_IP, else the first of `hostname -I`.
+# The IP the other nodes reach this one on: $RAY_NODE_IP, else the IPv4 address of interface
+# $RAY_IFNAME (the fast network, e.g. ib0), else the first of `hostname -I`.
 ray_node_ip() {
   if [ -n "${RAY_NODE_IP:-}" ]; then
     echo "$RAY_NODE_IP"
+  elif [ -n "${RAY_IFNAME:-}" ]; then
+    ip -4 -o addr show dev "$RAY_IFNAME" 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}'
   else
     hostname -I 2>/dev/null | awk '{print $1}'
   fi

@@ -11,11 +11,17 @@
 #   RAY_JOIN_TIMEOUT        seconds to keep retrying the join (default 300)
 #   RAY_NUM_GPUS            GPUs this node offers (default: $CUDA_VISIBLE_DEVICES, else nvidia-smi -L, else 0)
 #   RAY_NUM_CPUS            CPUs this node offers (default: Ray counts them)
-#   RAY_NODE_IP             IP advertised to the other nodes (default: first of `hostname -I`)
+#   RAY_NODE_IP             IP advertised to the other nodes (default: the IPv4 address of
+#                           RAY_IFNAME, else the first of `hostname -I`)
+#   RAY_IFNAME              the fast network's interface (ib0, eth1, ...): where RAY_NODE_IP comes from
 #   RAY_TEMP_DIR            Ray's session and log directory (default: Ray's, /tmp/ray)
 #   RAY_OBJECT_STORE_BYTES  object store size in bytes (default: Ray's, 30% of memory)
 #   RAY_AUTH_MODE           default "disabled" (must match the head)
 #   RAY_START_ARGS          more `ray start` options, space-separated (e.g. --resources=...)
+# Ray's workers on this node inherit this shell's environment: export the model and cache
+# variables before starting Ray (HF_HOME and RAGEN2_CACHE on shared storage, HF_HUB_OFFLINE=1 and
+# TRANSFORMERS_OFFLINE=1 where the model is pre-downloaded, NCCL_SOCKET_IFNAME and
+# GLOO_SOCKET_IFNAME for the interface the ranks talk on).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=ray_common.sh

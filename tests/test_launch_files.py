@@ -111,9 +111,51 @@ def test_sbatch_starts_ray_waits_trains_and_stops():
     text = sbatch_text()
     assert "launch/ray_head.sh --block" in text and "launch/ray_worker.sh --block" in text
     assert "launch/wait_for_nodes.py" in text and "trap stop_ray EXIT" in text
-    train = next(ln for ln in text.splitlines() if ln.startswith("ragen2-train"))
-    assert 'cluster.address="$address"' in train and train.rstrip().endswith('"$@" || status=$?')
+    lines = text.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("on_head ragen2-train"))
+    train = " ".join(lines[i:i + 2])
+    assert 'cluster.address="$address"' in train and train.rstrip().endswith('"$@" &')
+    assert 'hydra.run.dir="$run_dir" trainer.resume=true' in train  # a fixed dir, resumed
     assert "cluster.device=cuda" in text
+
+
+def test_sbatch_requeues_on_its_warning_signal():
+    """--signal=B:USR1@T reaches the batch shell; it forwards USR1 to ragen2-train, which
+    checkpoints and exits 75, and the script requeues the job (--requeue allows it)."""
+    text = sbatch_text()
+    directives = {ln.split()[1].split("=")[0]: ln.split()[1] for ln in text.splitlines()
+                  if ln.startswith("#SBATCH")}
+    assert directives["--requeue"] == "--requeue"
+    assert re.fullmatch(r"--signal=B:USR1@(\d+)", directives["--signal"])
+    assert int(directives["--signal"].rsplit("@", 1)[1]) >= 120
+    assert directives["--open-mode"] == "--open-mode=append"  # a requeued job appends its log
+    assert "trap 'forward USR1' USR1" in text and "trap 'forward TERM' TERM" in text
+    assert 'kill -s USR1 "$train_pid"' in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    from ragen2.preempt import PREEMPTED_EXIT
+
+    assert f'"$status" -eq {PREEMPTED_EXIT}' in text
+    # the job id survives a requeue, so the requeued job finds its checkpoints
+    assert 'run_dir="${RAGEN2_RUN_DIR:-$PWD/outputs/slurm-${SLURM_JOB_ID:-local}}"' in text
+
+
+def test_sbatch_sets_offline_caches_network_and_containers():
+    text = sbatch_text()
+    for line in ('export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"',
+                 'export TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-$HF_HUB_OFFLINE}"',
+                 'export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$RAGEN2_IFNAME}"',
+                 'export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-$RAGEN2_IFNAME}"'):
+        assert line in text, line
+    assert "apptainer exec --nv" in text and "--container-image=" in text
+    # every srun launch line and the driver go through the container wrapper
+    for ln in text.splitlines():
+        if ln.lstrip().startswith(("srun ", "RAY_NODE_IP=")) and "launch/ray_" in text:
+            if "hostname" in ln or "ray_node_ip" in ln or "bash -c" in ln:
+                continue  # the head's address: a host tool
+            assert '"${step_opts[@]}"' in ln, ln
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+    assert re.search(r'"\$\{wrap\[@\]\}" bash launch/ray_head.sh', body)
+    assert re.search(r'"\$\{wrap\[@\]\}" bash launch/ray_worker.sh', body)
+    assert "on_head python launch/wait_for_nodes.py" in body and "on_head ragen2-train" in body
 
 
 @pytest.mark.slow
@@ -156,7 +198,64 @@ def test_sbatch_runs_against_stand_in_slurm(tmp_path):
     assert job.returncode == 3, out  # ragen2-train's exit status comes through
     assert "ray node" in out and "1 CPU" in out, out
     assert (tmp_path / "train_args").read_text().split() == [
-        f"cluster.address=127.0.0.1:{port}", "cluster.device=cuda", "cluster.backend=nccl", "seed=3"]
+        f"cluster.address=127.0.0.1:{port}", "cluster.device=cuda", "cluster.backend=nccl",
+        f"hydra.run.dir={ROOT}/outputs/slurm-local", "trainer.resume=true", "seed=3"]
+    assert left == [], f"processes of the job still running: {left}"
+
+
+@pytest.mark.slow
+def test_sbatch_forwards_usr1_and_requeues(tmp_path):
+    """The warning signal: USR1 to the batch shell reaches ragen2-train (a stand-in that exits 75
+    as the real one does after its checkpoint) and the job is requeued."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    stubs = {
+        "scontrol": f"#!/usr/bin/env bash\nif [ \"$1\" = requeue ]; then echo \"$@\" > "
+                    f"{tmp_path}/requeued; else echo localhost; fi\n",
+        "srun": "#!/usr/bin/env bash\nwhile [[ $# -gt 0 && $1 == -* ]]; do\n"
+                "  case $1 in -w) shift 2 ;; *) shift ;; esac\ndone\nexec \"$@\"\n",
+        "hostname": "#!/usr/bin/env bash\necho 127.0.0.1\n",
+        "ragen2-train": f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
+                        f"trap 'echo USR1 > {tmp_path}/got; exit 75' USR1\n"
+                        f"touch {tmp_path}/started\nwhile :; do sleep 0.1; done\n",
+    }
+    for name, body in stubs.items():
+        (bin_ / name).write_text(body)
+        (bin_ / name).chmod(0o755)
+    ray_dir = Path(tempfile.mkdtemp(prefix="r2sq", dir="/tmp"))
+    port, client_port = free_port(), free_port()
+    env = {**os.environ, "PATH": f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_SUBMIT_DIR": str(ROOT),
+           "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "1", "RAGEN2_RUN_DIR": str(tmp_path / "run"),
+           "RAY_PORT": str(port), "RAY_NUM_CPUS": "1", "RAY_INCLUDE_DASHBOARD": "false",
+           "RAY_TEMP_DIR": str(ray_dir),
+           "RAY_START_ARGS": f"--ray-client-server-port={client_port}", "RAGEN2_JOIN_TIMEOUT": "120"}
+    for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK",
+              "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(k, None)
+    job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                           cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "started").exists():
+            assert job.poll() is None, job.stdout.read()
+            assert time.monotonic() < deadline, "ragen2-train never started"
+            time.sleep(0.2)
+        job.send_signal(signal.SIGUSR1)  # what SLURM does at --signal=B:USR1@T
+        out, _ = job.communicate(timeout=120)
+        time.sleep(2)
+        left = session_pids(job.pid)
+    finally:
+        for pid in session_pids(job.pid):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert job.returncode == 0, out
+    assert (tmp_path / "got").read_text().strip() == "USR1"
+    assert (tmp_path / "requeued").read_text().split() == ["requeue", "4242"], out
+    assert "ragen2-train exited with 75 (after SIGUSR1)" in out and "restart 2" in out, out
+    args = (tmp_path / "train_args").read_text().split()
+    assert f"hydra.run.dir={tmp_path / 'run'}" in args and "trainer.resume=true" in args
     assert left == [], f"processes of the job still running: {left}"
 
 
@@ -221,9 +320,10 @@ def test_rayjob_entrypoint_keys_and_presets_exist():
     from ragen2.config import check_override_keys
 
     overrides = rayjob()["spec"]["entrypoint"].split()[1:]
-    check_override_keys([o for o in overrides if not o.startswith("hydra.")])
+    check_override_keys([o for o in overrides if not o.startswith(("hydra.", "+"))])
     for o in overrides:
         group, _, value = o.partition("=")
+        group = group.lstrip("+")
         if "." not in group:  # a preset: configs/<group>/<value>.yaml
             assert (ROOT / "configs" / group / f"{value}.yaml").exists(), o
     world = next(int(o.split("=")[1]) for o in overrides if o.startswith("cluster.learner_world_size"))
