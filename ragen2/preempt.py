@@ -8,15 +8,18 @@ so a job script can tell "checkpointed, requeue me" from success or failure. A s
 at once (``SystemExit``, status 128 + signal), as the default action would have. The previous
 handlers (Ray installs one for SIGTERM) are restored on exit.
 
-Under submitit (Hydra's submitit launcher) SIGUSR1 is submitit's "checkpoint and requeue" signal:
-the handler found there is handed on in :attr:`Preempted.chain` and ``ragen2-train`` calls it
-after the checkpoint, so submitit still requeues the job (which resumes with
-``trainer.resume=true``).
+Under submitit (Hydra's submitit launcher; ``SUBMITIT_EXECUTOR`` is set) its "checkpoint and
+requeue" signal (``SUBMITIT_PREEMPT_SIGNAL``, default USR2: ``#SBATCH --signal=USR2@<delay>``) is
+handled too, and the handler submitit installed for it is handed on in :attr:`Preempted.chain`:
+``ragen2-train`` calls it after the checkpoint, so submitit still requeues the job (which resumes
+with ``trainer.resume=true``). SIGTERM's previous handler (Ray's ``sys.exit``, submitit's
+"bypass") is never chained.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from types import FrameType
@@ -27,11 +30,21 @@ PREEMPTED_EXIT = 75
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 
+def stop_signals() -> tuple[int, ...]:
+    """SIGUSR1 and SIGTERM, and submitit's preemption signal inside a submitit job."""
+    out = list(SIGNALS)
+    if os.environ.get("SUBMITIT_EXECUTOR"):
+        sig = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), None)
+        if sig is not None and sig not in out:
+            out.append(sig)
+    return tuple(out)
+
+
 class Preempted(RuntimeError):
     """A stop signal arrived; the run checkpointed at the end of its step and stopped.
 
-    ``chain``: the SIGUSR1 handler that was installed before ours (submitit's requeue), to call
-    once the checkpoint is written; None otherwise."""
+    ``chain``: the handler of that signal installed before ours (submitit's requeue), to call once
+    the checkpoint is written; None otherwise (the default action, or SIGTERM)."""
 
     def __init__(self, msg: str, signum: int = 0, chain: Optional[Callable[..., Any]] = None):
         super().__init__(msg)
@@ -42,8 +55,8 @@ class Preempted(RuntimeError):
 class StopSignal:
     """``with StopSignal() as s: ... if s.received: ...`` (see the module docstring)."""
 
-    def __init__(self, signals: tuple[int, ...] = SIGNALS) -> None:
-        self.signals = signals
+    def __init__(self, signals: tuple[int, ...] | None = None) -> None:
+        self.signals = stop_signals() if signals is None else signals
         self.received: Optional[int] = None
         self._previous: dict[int, Any] = {}
 
@@ -66,7 +79,7 @@ class StopSignal:
 
     def preempted(self, msg: str) -> Preempted:
         """The exception to raise once the step is checkpointed (with submitit's handler, if any)."""
-        prev = self._previous.get(self.received) if self.received == signal.SIGUSR1 else None
+        prev = self._previous.get(self.received) if self.received != signal.SIGTERM else None
         return Preempted(msg, self.received or 0, prev if callable(prev) else None)
 
     def __exit__(self, *exc: Any) -> None:

@@ -393,3 +393,66 @@ def test_dockerignore_keeps_sources_and_drops_state():
 def test_hadolint_is_clean():
     proc = subprocess.run(["hadolint", str(ROOT / "Dockerfile")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+# -------------------------------------------------------------------------- sweeps on SLURM
+# hydra-submitit-launcher 1.2.0's SlurmQueueConf (hydra_plugins/hydra_submitit_launcher/config.py)
+SLURM_QUEUE_KEYS = {
+    "submitit_folder", "timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb",
+    "nodes", "name", "stderr_to_stdout", "_target_", "partition", "qos", "comment", "constraint",
+    "exclude", "gres", "cpus_per_gpu", "gpus_per_task", "mem_per_gpu", "mem_per_cpu", "account",
+    "signal_delay_s", "max_num_timeout", "additional_parameters", "array_parallelism", "setup"}
+LAUNCHER = ROOT / "configs" / "hydra" / "launcher" / "ragen2_slurm.yaml"
+
+
+def test_submitit_launcher_config_shape():
+    text = LAUNCHER.read_text()
+    assert text.startswith("# @package hydra.launcher\n")
+    conf = yaml.safe_load(text)
+    assert conf["defaults"] == ["submitit_slurm", "_self_"]
+    assert set(conf) - {"defaults"} <= SLURM_QUEUE_KEYS, set(conf) - SLURM_QUEUE_KEYS
+    assert conf["signal_delay_s"] >= 120 and conf["max_num_timeout"] >= 1
+    assert conf["gpus_per_node"] == "${cluster.learner_world_size}"
+    assert any("HF_HUB_OFFLINE=1" in line for line in conf["setup"])
+    assert "hydra-submitit-launcher" in extra("sweep-slurm")
+
+
+def test_submitit_launcher_composes_into_an_sbatch_script(tmp_path, monkeypatch):
+    """Compose hydra/launcher=ragen2_slurm on a preset, then let submitit write the sbatch file
+    exactly as the plugin's launch() builds its executor (no SLURM needed: a stand-in srun)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    submitit = pytest.importorskip("submitit")
+    (tmp_path / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from ragen2.config import register_schema
+
+    register_schema()
+    with initialize_config_module(config_module="ragen2_configs", version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True, overrides=[
+            "hydra/launcher=ragen2_slurm", "+experiment=ragen2_sokoban_0.5b",
+            "hydra.launcher.partition=gpu", "hydra.launcher.account=proj",
+            f"hydra.sweep.dir={tmp_path}"])
+        params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert params["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert params["gpus_per_node"] == 1  # the 0.5B preset's cluster=gpu_1
+    base = {"submitit_folder", "timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node",
+            "mem_gb", "nodes", "name", "stderr_to_stdout"}
+    executor = submitit.AutoExecutor(folder=params.pop("submitit_folder"), cluster="slurm",
+                                     slurm_max_num_timeout=params.pop("max_num_timeout"))
+    params.pop("_target_")
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    text = executor._executor._make_submission_file_text("python -u -m ragen2.train", "uid")
+    from ragen2.preempt import stop_signals
+
+    # submitit's warning signal (USR2 by default) is one ragen2 stops on inside a submitit job
+    sig = re.search(r"#SBATCH --signal=(\w+)@300", text)[1]
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    assert getattr(signal, f"SIG{sig}") in stop_signals()
+    for line in ("#SBATCH --gpus-per-node=1", "#SBATCH --time=1440",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=proj",
+                 "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"):
+        assert line in text, text

@@ -29,6 +29,35 @@ def test_first_signal_sets_a_flag_second_exits(sig):
     assert signal.getsignal(sig) == before
 
 
+def test_submitits_signal_is_handled_and_its_handler_chained(monkeypatch):
+    """Inside a submitit job: USR2 (its default) stops after the step, then submitit requeues."""
+    from ragen2.preempt import stop_signals
+
+    assert signal.SIGUSR2 not in stop_signals()
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    assert stop_signals() == (signal.SIGUSR1, signal.SIGTERM, signal.SIGUSR2)
+    monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", "USR1")
+    assert stop_signals() == (signal.SIGUSR1, signal.SIGTERM)
+    monkeypatch.delenv("SUBMITIT_PREEMPT_SIGNAL")
+    calls = []
+    before = signal.signal(signal.SIGUSR2, lambda s, f: calls.append(s))  # submitit's requeue
+    try:
+        with StopSignal() as s:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(0.05)
+            assert s.received == signal.SIGUSR2 and calls == []  # not requeued yet
+            e = s.preempted("checkpointed")
+        assert e.signum == signal.SIGUSR2 and e.chain is not None
+        e.chain(e.signum, None)
+        assert calls == [signal.SIGUSR2]
+        with StopSignal() as s:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert s.preempted("x").chain is None  # Ray's / submitit's SIGTERM handler: never
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
 def _rows(run_dir: Path) -> dict[int, dict]:
     out = {}
     if (run_dir / "metrics.jsonl").exists():
