@@ -12,9 +12,11 @@
 # Build (flash-attn compiles for FLASH_ATTN_CUDA_ARCHS: "80;90" = A100 + H100/H200; each MAX_JOBS
 # needs ~4 GB of RAM; expect 20-60 min):
 #   docker build -t ragen2:latest --build-arg MAX_JOBS=8 .
-# Run on one node:
-#   docker run --gpus all --shm-size 16g -v "$PWD/outputs:/workspace/ragen2/outputs" \
-#     ragen2:latest ragen2-train cluster=gpu_8 engine=vllm
+# Needs an NVIDIA driver >= 580 on the host (CUDA 13.0's minimum; nvidia-smi shows "CUDA Version:
+# 13.0" or higher). Run on one node, with the model pre-downloaded (README "Running on GPUs"):
+#   docker run --gpus all --shm-size 16g -v /shared:/shared -e HF_HUB_OFFLINE=1 \
+#     ragen2:latest ragen2-train +experiment=ragen2_sokoban \
+#     model.path=/shared/models/Qwen2.5-3B-Instruct hydra.run.dir=/shared/outputs/sokoban
 # Several nodes: the same image everywhere (launch/README.md, launch/kuberay/rayjob.yaml).
 # No ENTRYPOINT: KubeRay and `docker run IMAGE CMD` replace the command with their own.
 FROM nvidia/cuda:13.0.1-devel-ubuntu24.04
@@ -69,15 +71,15 @@ RUN MAX_JOBS="${MAX_JOBS}" NVCC_THREADS=2 FLASH_ATTENTION_FORCE_BUILD=TRUE \
         pip install --no-cache-dir --no-build-isolation "flash-attn==${FLASH_ATTN_VERSION}" \
     && python -c "import importlib.metadata as m; print('flash-attn', m.version('flash-attn'))"
 
-# 3. The project (its sources change most often, so they come last). The `gpu` extra is already
-#    satisfied by steps 1-2; the constraints file keeps torch at ${TORCH_VERSION}.
+# 3. The project (its sources change most often, so they come last). The `gpu` and `flash` extras
+#    are already satisfied by steps 1-2; the constraints file keeps torch at ${TORCH_VERSION}.
 RUN (userdel --remove ubuntu 2>/dev/null || true) \
     && useradd --create-home --uid "${UID}" --shell /bin/bash ragen2 \
     && mkdir -p /workspace/ragen2 "$HF_HOME" "$RAGEN2_CACHE" \
     && chown -R ragen2:ragen2 /workspace "$HF_HOME" "$RAGEN2_CACHE"
 WORKDIR /workspace/ragen2
 COPY --chown=ragen2:ragen2 . .
-RUN pip install --no-cache-dir -e ".[gpu,lora,test]" \
+RUN pip install --no-cache-dir -e ".[gpu,flash,lora,test]" \
     && python -c "import importlib.metadata as m, torch, ragen2; \
 print('torch', torch.__version__, 'vllm', m.version('vllm'), 'transformers', m.version('transformers'))" \
     && chown -R ragen2:ragen2 /workspace/ragen2

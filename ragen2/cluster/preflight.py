@@ -80,7 +80,8 @@ def hardware_problems(cfg: Config) -> list[str]:
             out.append(f"learner.attn_implementation=flash_attention_2 needs "
                        f"{' and '.join(missing)}{f': {cuda_missing}' if cuda_missing else ''}.\n"
                        "  fix: learner.attn_implementation=sdpa, or use the Docker image (it builds "
-                       "flash-attn against its torch)")
+                       "flash-attn against its torch), or\n  `pip install --no-build-isolation "
+                       "-e .[flash]` in the GPU venv")
     if c.device == "cuda" and not cuda_missing:
         out.extend(_memory_problems(cfg))
     if cfg.model.dtype == "bfloat16" and c.device == "cuda" and not cuda_missing:
