@@ -129,11 +129,20 @@ class Controller:
         log.info(self.placement.plan.describe())
         worker_cls = ray.remote(RolloutWorker)
         self._synced = False  # whether any weights were pushed (else workers hold model_path's)
-        self.pool = WorkerPool(lambda i: worker_cls.options(**self.placement.worker_options(i))
-                               .remote(cfg, model_path, i, worker_threads),
-                               cfg.rollout.num_workers, on_restart=self._resync,
-                               max_restarts=cfg.rollout.max_worker_restarts)
-        self.learners = LearnerGroup(cfg, model_path, learner_threads, self.placement)
+        # colocated GPUs: the engines size their KV cache before the learner ranks load a model
+        # (ragen2.cluster.startup); otherwise both start at once
+        from ragen2.cluster.startup import start_actors
+
+        def start_pool() -> WorkerPool:
+            return WorkerPool(lambda i: worker_cls.options(**self.placement.worker_options(i))
+                              .remote(cfg, model_path, i, worker_threads),
+                              cfg.rollout.num_workers, on_restart=self._resync,
+                              max_restarts=cfg.rollout.max_worker_restarts)
+
+        self.pool, self.learners = start_actors(
+            self.placement.plan, start_pool,
+            lambda: LearnerGroup(cfg, model_path, learner_threads, self.placement),
+            lambda pool: pool.call_all("policy_version"))  # returns after every __init__
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
         self.filter = FilterPipeline(cfg.filter, cfg.seed, [e.share for e in self.train_envs])
@@ -182,6 +191,8 @@ class Controller:
         """
         from ragen2.sync import run_probe
 
+        if getattr(self, "sync", None) is None:  # still starting: make_sync meets the new actor
+            return
         self.sync.replace_worker(index, worker)
         if not self._synced:  # nothing pushed yet: the new worker already holds model_path's
             return
