@@ -8,8 +8,9 @@ hardware preflight (:mod:`ragen2.cluster.preflight`) calls it with the GPU it fi
 Ray reserves anything; ``cluster.memory_check=false`` turns the refusal into a warning.
 
 The model's shape comes from ``config.json`` (a local ``model.path``, or the Hugging Face cache for
-a hub name, never a download), else from :data:`KNOWN_SHAPES` (the presets' models), else from
-``model.tiny`` for the models ragen2 builds. A model whose shape cannot be found is not estimated.
+a hub name, never a download), else from :data:`KNOWN_SHAPES` (the presets' models, by hub name or
+by the last part of a local path, ``/shared/models/Qwen2.5-3B-Instruct``), else from ``model.tiny``
+for the models ragen2 builds. A model whose shape cannot be found is not estimated.
 
 **The formula** (bytes on one GPU; P = parameters of the policy, P_c = of the critic (the policy's
 backbone plus a scalar head: P minus an untied output head), W = ``cluster.learner_world_size``,
@@ -173,7 +174,11 @@ def model_shape(cfg: Config) -> Optional[ModelShape]:
                 return shape_from_config_json(json.loads(Path(found).read_text()), m.path)
             except (OSError, ValueError, KeyError):
                 pass
-        return KNOWN_SHAPES.get(m.path.rstrip("/"))
+        known = KNOWN_SHAPES.get(m.path.rstrip("/"))
+        if known is None:  # a local copy not on this machine, named as downloaded (hf download
+            base = os.path.basename(m.path.rstrip("/"))  # Qwen/Qwen2.5-3B-Instruct --local-dir
+            known = next((s for n, s in KNOWN_SHAPES.items() if n.split("/")[-1] == base), None)
+        return known
     if m.name == "tiny":
         t = m.tiny
         return ModelShape(t.hidden_size, t.num_layers, t.num_heads, t.num_kv_heads,
