@@ -38,8 +38,10 @@ learner, during the update, on top
     with ``algorithm.entropy_coef > 0``). The critic's forward/backward comes after the policy's and
     has no vocabulary, so it is not counted on top
   * ``LEARNER_OVERHEAD`` (2 GiB): CUDA context, NCCL buffers, allocator fragmentation
-  * loading: each model is loaded in fp32 and moved to the GPU whole before it is sharded, so the
-    peak while loading is ``4 P`` plus what is already resident (never with cpu_offload)
+  * loading: a learner that loads each model in fp32 and moves it to the GPU whole before sharding
+    it peaks at ``4 P`` plus what is already resident; a sharded learner (W > 1, mixed precision or
+    cpu_offload) that builds its models on the meta device (``LearnerRank.meta_init``) never holds
+    a full copy on the GPU, so the term is 0 there
 vLLM engine, on ``engine.gpu_memory_utilization x GPU`` (vLLM's own budget: its weights, activations,
 CUDA graphs and KV cache must fit in it, and it refuses to start with less free memory than that)
   * weights ``2 P / T`` in bf16/fp16 (``4 P / T`` in fp32), T = ``engine.tensor_parallel_size``
@@ -288,7 +290,9 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
         update["activations"] = n_tok * a * shape.num_layers
     k = 3 if alg.entropy_coef > 0 else 2
     update["logits"] = n_tok * shape.vocab_size * (2 + 4 * k)
-    load_peak = 0.0 if offload else 4 * max(p, pc if critic else 0) + sum(resident.values())
+    sharded = w > 1 or cfg.model.dtype != "float32" or offload
+    load_peak = (0.0 if offload or (sharded and _meta_init())
+                 else 4 * max(p, pc if critic else 0) + sum(resident.values()))
 
     b = MemoryBudget(model=shape.name or cfg.model.path or cfg.model.name, params=p,
                      gpu_bytes=gpu_bytes, layout=cfg.cluster.layout, learner_terms=resident,
@@ -307,6 +311,15 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
         b.kv_full_batch = seqs * ro.max_context_tokens * per_tok
     _judge(cfg, b)
     return b
+
+
+def _meta_init() -> bool:
+    """Whether sharded learner ranks build their models on the meta device (no full GPU copy)."""
+    try:
+        from ragen2.learner.rank import LearnerRank
+    except ImportError:
+        return False
+    return bool(getattr(LearnerRank, "meta_init", False))
 
 
 def _judge(cfg: Config, b: MemoryBudget) -> None:
