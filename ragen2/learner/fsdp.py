@@ -1,9 +1,22 @@
-"""FSDP2 plumbing: sharding an HF model, full (unsharded) state dicts, and the critic model."""
+"""FSDP2 plumbing: sharding an HF model, full (unsharded) state dicts, and the critic model.
+
+**Initialisation on the meta device** (:func:`materialise_sharded`, used by every sharded learner
+model: policy, LoRA policy, reference, critic). Only rank 0 reads the checkpoint into host memory
+(:func:`source_state`); every rank (rank 0 included) builds the model's skeleton on the meta device
+(:func:`meta_init`: no memory, no initialisation kernels, no draw from the global RNG), shards it,
+and receives each full tensor in turn from rank 0 (``set_model_state_dict(...,
+broadcast_from_rank0=True)``), keeping only its shard. Host memory: one full model on rank 0 (the
+policy's copy also fills the reference), none on the others; device memory: the shards plus one
+full tensor in flight. Two things a state dict does not carry are restored by hand: tied weights
+(``lm_head.weight`` is ``embed_tokens.weight``; loading assigns each key its own tensor, so the
+ties are re-made) and non-persistent buffers (RoPE's ``inv_freq``: broadcast from rank 0's copy).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -121,6 +134,95 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=opts)
 
 
+@contextmanager
+def meta_init() -> Iterator[None]:
+    """Build modules inside the block on the meta device (shapes only), leaving the CPU RNG as it
+    was (initialisers do not draw on meta tensors, but a model's constructor may seed or draw)."""
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        yield
+
+
+@dataclass
+class SourceState:
+    """Rank 0's values of a model built on the meta device: its state dict and the non-persistent
+    buffers (by fully qualified name) a state dict leaves out."""
+
+    state: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+
+
+def _nonpersistent_buffers(model: nn.Module) -> Iterator[tuple[nn.Module, str, str]]:
+    """(module, buffer name, fully qualified name) of every non-persistent buffer, in a fixed order."""
+    for prefix, mod in model.named_modules():
+        for name in sorted(mod._non_persistent_buffers_set):
+            if mod._buffers.get(name) is not None:
+                yield mod, name, f"{prefix}.{name}" if prefix else name
+
+
+def source_state(model: nn.Module) -> SourceState:
+    """What rank 0 broadcasts to fill a meta-initialised copy of ``model`` (views, no copies)."""
+    return SourceState(model.state_dict(),
+                       {fqn: mod._buffers[name] for mod, name, fqn in _nonpersistent_buffers(model)})
+
+
+def _tied_groups(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """(module, attribute) pairs sharing one parameter object, groups of two or more, in module
+    order (the first pair is the owner FSDP2 tracks)."""
+    owners: dict[int, list[tuple[nn.Module, str]]] = {}
+    for mod in model.modules():
+        for name, p in mod._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), []).append((mod, name))
+    return [g for g in owners.values() if len(g) > 1]
+
+
+def materialise_sharded(model: nn.Module, source: SourceState | None, device: torch.device, *,
+                        mixed_precision: str | None = None, activation_checkpointing: bool = False,
+                        cpu_offload: bool = False) -> nn.Module:
+    """Shard ``model`` (built under :func:`meta_init` on every rank) and fill it from rank 0.
+
+    Collective: every rank calls it for the same models in the same order; rank 0 passes the
+    :class:`SourceState` of a real copy (e.g. loaded with ``from_pretrained``), the others None.
+    Each full tensor travels from rank 0 once and every rank keeps its shard, on ``device`` (on the
+    CPU with ``cpu_offload``). The result equals ``shard_model`` of the real copy moved to
+    ``device``: same values, tied weights tied, non-persistent buffers equal to rank 0's.
+    """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    rank0 = dist.get_rank() == 0
+    if rank0 and source is None:
+        raise ValueError("materialise_sharded: rank 0 must pass the source state")
+    ties = _tied_groups(model)
+    model = shard_model(model, shard=True, mixed_precision=mixed_precision, cpu_offload=cpu_offload,
+                        activation_checkpointing=activation_checkpointing)
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, cpu_offload=cpu_offload)
+    # a copy: loading adds the local entries to the dict it is given (the source is reused)
+    set_model_state_dict(model, dict(source.state) if rank0 else {}, options=opts)
+    for group in ties:  # loading assigned each name its own tensor: one parameter again
+        owner, name = group[0]
+        for mod, attr in group[1:]:
+            mod._parameters[attr] = owner._parameters[name]
+    sources = {t.untyped_storage().data_ptr() for t in source.state.values()} if rank0 else set()
+    for mod, name, fqn in _nonpersistent_buffers(model):
+        buf = mod._buffers[name]
+        if rank0:
+            t = source.buffers[fqn].detach().to(device, copy=True)
+        else:
+            t = torch.empty(buf.shape, dtype=buf.dtype, device=device)
+        dist.broadcast(t, src=0)
+        mod._buffers[name] = t
+    for mod in model.modules():  # a persistent buffer loaded on rank 0 may be the source's tensor
+        for name, buf in mod._buffers.items():
+            if buf is not None and rank0 and buf.untyped_storage().data_ptr() in sources:
+                mod._buffers[name] = buf.clone()
+    meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if meta:
+        raise RuntimeError(f"meta-device initialisation left {len(meta)} tensors unloaded "
+                           f"(not in rank 0's state dict?): {meta[:5]}")
+    return model
+
+
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a full state dict into a sharded model (every rank passes the same full dict)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -157,3 +259,25 @@ def load_value_model(model_path: str, *, dtype: str, trust_remote_code: bool,
     backbone = AutoModel.from_pretrained(model_path, dtype=getattr(torch, dtype),
                                          trust_remote_code=trust_remote_code, **kwargs)
     return ValueModel(backbone, backbone.config.hidden_size)
+
+
+def empty_value_model(model_path: str, *, dtype: str, trust_remote_code: bool,
+                      attn_implementation: str | None = None,
+                      draw_head_init: bool = False) -> ValueModel:
+    """:func:`load_value_model`'s module on the meta device: config only, no weights read.
+
+    ``draw_head_init``: draw from the CPU RNG what :func:`load_value_model` draws (the head's
+    default ``nn.Linear`` init, then zeroed), for a rank that does not also load the real model:
+    the RNG stream after the learner's set-up is then the same on every path.
+    """
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    with meta_init():
+        backbone = AutoModel.from_config(config, dtype=getattr(torch, dtype),
+                                         trust_remote_code=trust_remote_code, **kwargs).eval()
+        model = ValueModel(backbone, backbone.config.hidden_size)  # eval as from_pretrained's
+    if draw_head_init:
+        nn.Linear(backbone.config.hidden_size, 1)
+    return model

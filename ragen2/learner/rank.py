@@ -24,8 +24,10 @@ import torch.distributed as dist
 from ragen2.algos import (POLICY_LOSSES, aggregate_loss, gae_advantages, grpo_advantages,
                           kl_penalty, logprobs_and_entropy, logprobs_from_logits, value_loss)
 from ragen2.config import Config
-from ragen2.learner.fsdp import (check_attn_implementation, full_state_dict, full_tensor, gathered,
-                                 load_full_state_dict, load_value_model, shard_model)
+from ragen2.learner.fsdp import (SourceState, check_attn_implementation, empty_value_model,
+                                 full_state_dict, full_tensor, gathered, load_full_state_dict,
+                                 load_value_model, materialise_sharded, meta_init, shard_model,
+                                 source_state)
 from ragen2.learner.lora import adapter_dropout, has_adapter_dropout, wrap_lora
 from ragen2.learner.microbatch import mini_batches, plan_token_micro_batches
 from ragen2.learner.prefix import (PrefixPlan, plan_shared_prefix, shared_prefix_logits,
@@ -64,6 +66,13 @@ def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
 
 
 class LearnerRank:
+    #: Sharded learners (``world_size > 1``, mixed precision or CPU offload) build every model on
+    #: the meta device and fill it from rank 0, the only rank that reads the checkpoint
+    #: (:meth:`_place`). False: every rank loads the full checkpoint and moves it to its device
+    #: before sharding (the former path; kept for tests/learner/test_meta_init.py and
+    #: benchmarks/fsdp_init_memory.py, which compare the two).
+    meta_init: bool = True
+
     def __init__(self, cfg: Config, model_path: str, rank: int, world_size: int,
                  threads: int) -> None:
         if threads > 0:
@@ -81,7 +90,11 @@ class LearnerRank:
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        """Join the process group, load and shard the policy (and reference / critic)."""
+        """Join the process group, load and shard the policy (and reference / critic).
+
+        Sharded learners initialise every model on the meta device; only rank 0 reads the
+        checkpoint into host memory and the others receive their shards from it (:meth:`_place`).
+        """
         cfg, model_path = self.cfg, self.model_path
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         cuda = cfg.cluster.device == "cuda"
@@ -90,22 +103,42 @@ class LearnerRank:
         lc = cfg.learner
         check_attn_implementation(lc.attn_implementation)
         self.lora = lc.lora.rank > 0
-        base = self._load_lm()
+        mp = cfg.model.dtype if cfg.model.dtype != "float32" else None
+        self.sharded = self.world_size > 1 or mp is not None or lc.cpu_offload
+        meta = self.sharded and self.meta_init
+        # rank 0's real copy of the checkpoint, the source every meta-initialised rank fills from
+        src = self._load_lm() if not meta or self.rank == 0 else None
+        base_src = source_state(src) if meta and src is not None else None
+        base = self._empty_lm() if meta else src
         self.logits_to_keep = accepts_logits_to_keep(base)
-        policy = wrap_lora(base, lc.lora) if self.lora else base
-        self.model = self._shard(policy, lc.activation_checkpointing)
+        policy, policy_src = base, base_src
+        if self.lora:
+            with meta_init() if meta else nullcontext():
+                policy = wrap_lora(base, lc.lora)
+            if base_src is not None:  # rank 0: the adapters' values (fixed seed) come from here
+                policy_src = source_state(wrap_lora(src, lc.lora))
+        self.model = self._place(policy, policy_src, lc.activation_checkpointing)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: adapters
         self.lora_dropout = has_adapter_dropout(self.model)
         self.ref = None
         if cfg.algorithm.kl_coef > 0:  # always a plain model (no adapters): the base at first
-            self.ref = self._shard(self._load_lm())
+            self.ref = self._place(self._empty_lm() if meta else self._load_lm(), base_src)
             self.ref.requires_grad_(False)
+        del src, base, policy, base_src, policy_src  # rank 0's host copy goes before the critic's
         self.critic = self.critic_optim = None
         if cfg.algorithm.adv_estimator == "gae":
-            critic = load_value_model(model_path, dtype="float32",
-                                      trust_remote_code=cfg.model.trust_remote_code,
-                                      attn_implementation=lc.attn_implementation)
-            self.critic = self._shard(critic, lc.activation_checkpointing)
+            kwargs = dict(dtype="float32", trust_remote_code=cfg.model.trust_remote_code,
+                          attn_implementation=lc.attn_implementation)
+            if meta:
+                real = load_value_model(model_path, **kwargs) if self.rank == 0 else None
+                empty = empty_value_model(model_path, **kwargs, draw_head_init=real is None)
+                critic = self._place(empty, source_state(real) if real is not None else None,
+                                     lc.activation_checkpointing)
+                del real
+            else:
+                critic = self._place(load_value_model(model_path, **kwargs), None,
+                                     lc.activation_checkpointing)
+            self.critic = critic
             self.critic_optim = torch.optim.AdamW(self.critic.parameters(), lr=cfg.algorithm.critic_lr)
         self.optim = self._new_optimizer(cfg.algorithm.lr)
         self.sft_optim: torch.optim.Optimizer | None = None
@@ -120,14 +153,32 @@ class LearnerRank:
                               trust_remote_code=self.cfg.model.trust_remote_code,
                               attn_implementation=self.cfg.learner.attn_implementation)
 
-    def _shard(self, model: torch.nn.Module, activation_checkpointing: bool = False,
-               ) -> torch.nn.Module:
+    def _empty_lm(self) -> torch.nn.Module:
+        """:meth:`_load_lm`'s module on the meta device (filled by :meth:`_place`)."""
+        from ragen2.models.loading import empty_causal_lm
+
+        return empty_causal_lm(self.model_path, dtype="float32",
+                               trust_remote_code=self.cfg.model.trust_remote_code,
+                               attn_implementation=self.cfg.learner.attn_implementation)
+
+    def _place(self, model: torch.nn.Module, source: SourceState | None,
+               activation_checkpointing: bool = False) -> torch.nn.Module:
+        """Put a model on this rank's device, sharded when the learner shards.
+
+        A meta-device ``model`` (:attr:`meta_init`, sharded learners) is sharded and filled from
+        rank 0's ``source`` (:func:`ragen2.learner.fsdp.materialise_sharded`, collective); a real
+        one (one rank, fp32, no offload: ``shard=False``; or ``meta_init=False``) is moved to the
+        device and sharded in place, as it was loaded on every rank.
+        """
         lc = self.cfg.learner
+        mp = self.cfg.model.dtype if self.cfg.model.dtype != "float32" else None
+        if self.sharded and self.meta_init:
+            return materialise_sharded(model, source, self.device, mixed_precision=mp,
+                                       activation_checkpointing=activation_checkpointing,
+                                       cpu_offload=lc.cpu_offload)
         if not lc.cpu_offload:  # with CPU offload FSDP moves each block to the GPU as it shards it
             model = model.to(self.device)
-        mp = self.cfg.model.dtype if self.cfg.model.dtype != "float32" else None
-        shard = self.world_size > 1 or mp is not None or lc.cpu_offload
-        return shard_model(model, shard=shard, mixed_precision=mp, cpu_offload=lc.cpu_offload,
+        return shard_model(model, shard=self.sharded, mixed_precision=mp, cpu_offload=lc.cpu_offload,
                            activation_checkpointing=activation_checkpointing)
 
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:

@@ -81,6 +81,36 @@ def load_causal_lm(
     return model.eval()
 
 
+def empty_causal_lm(
+    path_or_name: str | os.PathLike[str],
+    *,
+    dtype: "str | torch.dtype" = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> "PreTrainedModel":
+    """:func:`load_causal_lm`'s module on the meta device (``config.json`` only, no weights read),
+    in eval mode; filled later from another process's copy
+    (:func:`ragen2.learner.fsdp.materialise_sharded`)."""
+    torch_dtype = resolve_dtype(dtype)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ragen2.learner.fsdp import meta_init
+
+    source, is_local = _source(path_or_name, "model")
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        if is_local:
+            raise
+        raise _not_found("model", path_or_name, err) from err
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    with meta_init():
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+    return model.eval()
+
+
 def _source(path_or_name: str | os.PathLike[str], what: str) -> tuple[str, bool]:
     """(what to pass to from_pretrained, whether it is an existing local directory)."""
     if not isinstance(path_or_name, (str, os.PathLike)):
