@@ -234,7 +234,8 @@ class MemoryBudget:
                  f"{self.model}: {self.params / 1e9:.2f}B params)",
                  f"  learner {gib(self.learner_peak)} at its peak of {gib(self.learner_room)} it "
                  f"may use: {terms(self.learner_terms)}; during the update + "
-                 f"{terms(self.update_terms)}; loading peak {gib(self.load_peak)}"]
+                 f"{terms(self.update_terms)}"
+                 + (f"; loading peak {gib(self.load_peak)}" if self.load_peak else "")]
         if self.engine_budget:
             lines.append(f"  vLLM engine {gib(self.engine_budget)} (engine.gpu_memory_utilization):"
                          f" {terms(self.engine_terms)}, leaving {gib(self.kv_available)} of KV "
@@ -363,7 +364,7 @@ def fix_advice(cfg: Config, b: MemoryBudget) -> str:
     learner_short = b.learner_peak > b.learner_room or (
         b.sleep_mode and b.learner_resident + b.engine_budget > b.gpu_bytes)
     if learner_short:
-        out.append(f"more learner GPUs (cluster.learner_world_size={c.learner_world_size}, "
+        out.append(f"more learner GPUs (now cluster.learner_world_size={c.learner_world_size}; "
                    "e.g. cluster=gpu_8)")
         if not lc.cpu_offload:
             out.append("learner.cpu_offload=true")
@@ -409,3 +410,43 @@ def plan_memory(cfg: Config, nodes) -> Optional[MemoryBudget]:  # noqa: ANN001  
     described node list, e.g. in tests or from an inventory); None when none is known."""
     sizes = [n.gpu_memory for n in nodes if n.gpus > 0 and n.gpu_memory > 0]
     return estimate_memory(cfg, min(sizes)) if sizes else None
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m ragen2.cluster [--gpu-gib G] OVERRIDES...``: the per-GPU budget of a
+    config on GPUs of G GiB (default: an 80 GB H100), before any GPU is reserved. Exit status 1
+    when it does not fit, 2 for a bad config or an unknown model."""
+    import argparse
+    import sys
+
+    from ragen2.config import ConfigError
+    from ragen2.train import load_config
+
+    ap = argparse.ArgumentParser(prog="python -m ragen2.cluster", description=main.__doc__)
+    ap.add_argument("--gpu-gib", type=float, default=H100_80GB / GiB,
+                    help="memory of one GPU in GiB (torch's total_memory; default %(default).1f)")
+    ap.add_argument("overrides", nargs="*", help="ragen2-train overrides, e.g. "
+                    "+experiment=ragen2_sokoban cluster=gpu_1")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if cfg.cluster.device != "cuda":
+        print("cluster.device=cpu: nothing to estimate (pick a cluster=gpu_* preset)", file=sys.stderr)
+        return 2
+    b = estimate_memory(cfg, int(args.gpu_gib * GiB))
+    if b is None:
+        print(f"unknown model shape for {cfg.model.path or cfg.model.name}: no config.json found "
+              "(download it first) and not in ragen2.cluster.memory.KNOWN_SHAPES", file=sys.stderr)
+        return 2
+    print(b.describe())
+    for w in b.warnings:
+        print(f"warning: {w}")
+    if b.fits:
+        print("fits")
+        return 0
+    print(f"does not fit: {'; '.join(b.problems)}\n  fix: {fix_advice(cfg, b)}")
+    return 1
+
