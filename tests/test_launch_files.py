@@ -112,9 +112,9 @@ def test_sbatch_starts_ray_waits_trains_and_stops():
     assert "launch/ray_head.sh --block" in text and "launch/ray_worker.sh --block" in text
     assert "launch/wait_for_nodes.py" in text and "trap stop_ray EXIT" in text
     lines = text.splitlines()
-    i = next(i for i, ln in enumerate(lines) if ln.startswith("on_head ragen2-train"))
-    train = " ".join(lines[i:i + 2])
-    assert 'cluster.address="$address"' in train and train.rstrip().endswith('"$@" &')
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("head_argv ragen2-train"))
+    train = " ".join(lines[i:i + 3])
+    assert 'cluster.address="$address"' in train and train.rstrip().endswith('"${argv[@]}" &')
     assert 'hydra.run.dir="$run_dir" trainer.resume=true' in train  # a fixed dir, resumed
     assert "cluster.device=cuda" in text
 
@@ -155,7 +155,7 @@ def test_sbatch_sets_offline_caches_network_and_containers():
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
     assert re.search(r'"\$\{wrap\[@\]\}" bash launch/ray_head.sh', body)
     assert re.search(r'"\$\{wrap\[@\]\}" bash launch/ray_worker.sh', body)
-    assert "on_head python launch/wait_for_nodes.py" in body and "on_head ragen2-train" in body
+    assert "head_argv python launch/wait_for_nodes.py" in body and "head_argv ragen2-train" in body
 
 
 @pytest.mark.slow
