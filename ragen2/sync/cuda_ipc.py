@@ -5,7 +5,14 @@ one buffer and exports a CUDA IPC handle keyed by the GPU's UUID. Each engine pr
 workers included) opens the handle of *its* GPU, so weights never leave the device. The learner
 keeps the buffer alive until every engine has loaded the bucket; then the next bucket follows.
 
-Written for CUDA and not run on the CPU machines of CI (see README, "What has run on a GPU").
+A share travels as plain values (:func:`to_wire`: ints, bools, bytes, lists, strings), never as
+``reduce_tensor``'s ``(rebuild function, args)`` pair: vLLM's ``collective_rpc`` into another
+process serializes with msgpack, which refuses functions, classes and dtypes. The vLLM worker
+opens it in :meth:`ragen2.engines.vllm_worker.WeightSyncExtension.ragen2_load_ipc_bucket`.
+
+Everything up to ``rebuild_cuda_tensor`` is tested on CPU with the handle layer faked
+(``tests/sync/test_vllm_sync.py``); the call itself needs CUDA (``tests/gpu/test_cuda.py``,
+``launch/gpu_check.sh``; see README, "What has run on a GPU").
 """
 
 from __future__ import annotations
@@ -14,11 +21,59 @@ from typing import Any, Sequence
 
 from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
 
+#: ``torch.multiprocessing.reductions.rebuild_cuda_tensor``'s parameters, in its order (what
+#: ``reduce_tensor`` returns with it for a CUDA tensor; checked against torch in the tests)
+REBUILD_ARGS = ("tensor_cls", "tensor_size", "tensor_stride", "tensor_offset", "storage_cls",
+                "dtype", "storage_device", "storage_handle", "storage_size_bytes",
+                "storage_offset_bytes", "requires_grad", "ref_counter_handle",
+                "ref_counter_offset", "event_handle", "event_sync_required")
 
-def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> Any:
-    """Learner side: (gpu uuid, ipc handle, [(name, shape, numel)]) of the next bucket, or None."""
+#: a share: [gpu uuid, wire dict of :func:`to_wire`, [[name, shape, numel], ...]]
+Share = list
+
+
+def to_wire(reduced: tuple[Any, tuple]) -> dict[str, Any]:
+    """``reduce_tensor(flat)`` of a flat CUDA buffer as msgpack-native values: the rebuild
+    arguments by name, without the two classes (always a plain tensor on a ``TypedStorage``),
+    with the dtype by name and sizes as lists; handles stay bytes."""
     import torch
-    from torch.multiprocessing.reductions import reduce_tensor
+    from torch.multiprocessing import reductions
+
+    rebuild, args = reduced
+    if rebuild is not reductions.rebuild_cuda_tensor:
+        raise ValueError(f"cuda_ipc shares CUDA buffers; reduce_tensor gave {rebuild!r} "
+                         "(is the bucket on the CPU?)")
+    if len(args) != len(REBUILD_ARGS):
+        raise ValueError(f"rebuild_cuda_tensor got {len(args)} arguments, cuda_ipc knows "
+                         f"{len(REBUILD_ARGS)} (torch changed its CUDA IPC layout; see "
+                         "torch.multiprocessing.reductions)")
+    a = dict(zip(REBUILD_ARGS, args))
+    if a["tensor_cls"] is not torch.Tensor or a["storage_cls"] is not torch.storage.TypedStorage:
+        raise ValueError(f"cuda_ipc shares a plain flat tensor; got {a['tensor_cls']} on "
+                         f"{a['storage_cls']}")
+    del a["tensor_cls"], a["storage_cls"]
+    a.update(tensor_size=[int(s) for s in a["tensor_size"]],
+             tensor_stride=[int(s) for s in a["tensor_stride"]],
+             dtype=str(a["dtype"]).removeprefix("torch."))
+    return a
+
+
+def from_wire(wire: dict[str, Any], device: int) -> tuple:
+    """``rebuild_cuda_tensor``'s positional arguments for a :func:`to_wire` share, opened on
+    ``device`` (the GPU's index as *this* process numbers its visible GPUs)."""
+    import torch
+
+    a = dict(wire, tensor_cls=torch.Tensor, storage_cls=torch.storage.TypedStorage,
+             tensor_size=torch.Size(wire["tensor_size"]), tensor_stride=tuple(wire["tensor_stride"]),
+             dtype=getattr(torch, wire["dtype"]), storage_device=int(device))
+    return tuple(a[k] for k in REBUILD_ARGS)
+
+
+def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> Share | None:
+    """Learner side: ``[gpu uuid, wire share, [[name, shape, numel], ...]]`` of the next bucket,
+    or None after the last (which also frees the previous buffer)."""
+    import torch
+    from torch.multiprocessing import reductions
 
     if start:
         rank._sync_stream = iter_buckets(rank.named_weights("cuda", dtype), bucket_bytes)
@@ -30,42 +85,42 @@ def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> 
     torch.cuda.synchronize()
     rank._sync_buffer = flat
     uuid = str(torch.cuda.get_device_properties(flat.device).uuid)
-    return uuid, reduce_tensor(flat), [(n, tuple(t.shape), t.numel()) for n, t in bucket]
+    return [uuid, to_wire(reductions.reduce_tensor(flat)),
+            [[n, list(t.shape), t.numel()] for n, t in bucket]]
 
 
-def _open(shares: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Open this process's GPU's handle and cut the buffer back into named tensors."""
+def open_share(shares: dict[str, Share]) -> list[tuple[str, Any]]:
+    """Open this process's GPU's share (``shares`` keyed by GPU uuid) and cut the buffer back
+    into ``(name, tensor)`` views."""
     import torch
+    from torch.multiprocessing import reductions
 
     dev = torch.cuda.current_device()
-    _, (rebuild, args), meta = shares[str(torch.cuda.get_device_properties(dev).uuid)]
-    args = list(args)
-    args[6] = dev  # the storage's device index as this process numbers its visible GPUs
-    flat, out, off = rebuild(*args), [], 0
+    uuid = str(torch.cuda.get_device_properties(dev).uuid)
+    if uuid not in shares:
+        raise KeyError(f"no cuda_ipc share for this process's GPU {uuid} (device {dev}); shares "
+                       f"came from GPUs {sorted(shares)}: is every engine colocated with a "
+                       "learner rank (cluster.layout=colocated)?")
+    _, wire, meta = shares[uuid]
+    flat = reductions.rebuild_cuda_tensor(*from_wire(wire, dev))
+    out, off = [], 0
     for name, shape, numel in meta:
         out.append((name, flat[off:off + numel].view(shape)))
         off += numel
     return out
 
 
-def _load_in_vllm_worker(vworker: Any, shares: dict[str, Any]) -> None:
-    import torch
-
-    vworker.model_runner.model.load_weights(weights=_open(shares))
-    torch.cuda.synchronize()
-
-
-def load_shared_bucket(worker: Any, shares: dict[str, Any]) -> None:
+def load_shared_bucket(worker: Any, shares: dict[str, Share]) -> None:
     """Worker side: load one bucket into the engine (vLLM: inside each of its GPU workers)."""
     import torch
 
     llm = getattr(worker.engine, "llm", None)
     if llm is not None:
-        llm.collective_rpc(_load_in_vllm_worker, args=(shares,))
+        llm.collective_rpc("ragen2_load_ipc_bucket", args=(shares,))
         return
     params = worker.engine.model.state_dict()
     with torch.no_grad():
-        for name, t in _open(shares):
+        for name, t in open_share(shares):
             params[name].copy_(t)
     torch.cuda.synchronize()
 

