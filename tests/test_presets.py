@@ -214,8 +214,9 @@ def _yaml_presets() -> list[tuple[str, str]]:
     out = []
     for path in sorted(CONFIGS.rglob("*.yaml")):
         rel = path.relative_to(CONFIGS)
-        # algorithm_invariants follow the chosen algorithm (tests/test_recipe.py), never chosen
-        if rel.parts != ("config.yaml",) and rel.parts[0] != "algorithm_invariants":
+        # algorithm_invariants follow the chosen algorithm (tests/test_recipe.py), never chosen;
+        # hydra/launcher/* are Hydra's own groups, needing their plugin (tests/test_launch_files.py)
+        if rel.parts != ("config.yaml",) and rel.parts[0] not in ("algorithm_invariants", "hydra"):
             out.append((rel.parent.as_posix(), rel.stem))
     return out
 
