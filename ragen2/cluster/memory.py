@@ -7,10 +7,9 @@ hardware preflight (:mod:`ragen2.cluster.preflight`) calls it with the GPU it fi
 (``torch.cuda.get_device_properties(0).total_memory``), so a run that cannot fit is refused before
 Ray reserves anything; ``cluster.memory_check=false`` turns the refusal into a warning.
 
-The model's shape comes from ``config.json`` (a local ``model.path``, or the Hugging Face cache for
-a hub name, never a download), else from :data:`KNOWN_SHAPES` (the presets' models, by hub name or
-by the last part of a local path, ``/shared/models/Qwen2.5-3B-Instruct``), else from ``model.tiny``
-for the models ragen2 builds. A model whose shape cannot be found is not estimated.
+The model's shape comes from :mod:`ragen2.cluster.shapes` (``config.json`` when it is on disk or in
+the Hugging Face cache, else the presets' known shapes); a model whose shape cannot be found is not
+estimated. ``python -m ragen2.cluster OVERRIDES...`` prints the budget without a GPU.
 
 **The formula** (bytes on one GPU; P = parameters of the policy, P_c = of the critic (the policy's
 backbone plus a scalar head: P minus an untied output head), W = ``cluster.learner_world_size``,
@@ -67,13 +66,11 @@ estimate: a fit with less than ``MARGIN`` (10%) to spare is reported as tight (a
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
+from ragen2.cluster.shapes import KNOWN_SHAPES, ModelShape, model_shape
 from ragen2.config import Config
 
 GiB = 2**30
@@ -84,111 +81,8 @@ MARGIN = 0.10
 # torch.cuda.get_device_properties(0).total_memory of the GPUs the presets are sized for
 H100_80GB = 81_559 * 2**20  # 79.6 GiB (A100-80GB: 81,251 MiB)
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the estimate needs of a dense decoder (the names of HF's config.json)."""
-
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool = True
-    head_dim: Optional[int] = None
-    attention_bias: bool = False  # Qwen2's q/k/v biases
-    name: str = ""
-
-    @property
-    def d(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_heads
-
-    def params(self) -> int:
-        """Parameters: embeddings (+ untied head), per layer attention + SwiGLU MLP + 2 norms."""
-        h, kv = self.hidden_size, self.num_kv_heads * self.d
-        q = self.num_heads * self.d
-        attn = h * (q + 2 * kv) + q * h + ((q + 2 * kv) if self.attention_bias else 0)
-        layer = attn + 3 * h * self.intermediate_size + 2 * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.vocab_size * h + head + self.num_layers * layer + h
-
-    def critic_params(self) -> int:
-        """The value model: the backbone (no untied output head) plus a scalar head."""
-        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-        return self.params() - head + self.hidden_size + 1
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.d * dtype_bytes
-
-    def activation_bytes_per_token_layer(self) -> int:
-        """``a`` of the module docstring: bf16 tensors a block keeps for its backward."""
-        h = self.hidden_size
-        return 2 * (6 * h + 2 * self.num_kv_heads * self.d + 4 * self.intermediate_size)
-
-
-def _qwen(name, h, layers, heads, kv, inter, vocab=151_936, tied=True) -> ModelShape:
-    return ModelShape(h, layers, heads, kv, inter, vocab, tied, attention_bias=True, name=name)
-
-
-# config.json of the models the presets use (and their neighbours), for when it is not on disk
-KNOWN_SHAPES: dict[str, ModelShape] = {s.name: s for s in (
-    _qwen("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 4864),
-    _qwen("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 8960),
-    _qwen("Qwen/Qwen2.5-3B-Instruct", 2048, 36, 16, 2, 11008),
-    _qwen("Qwen/Qwen2.5-7B-Instruct", 3584, 28, 28, 4, 18944, vocab=152_064, tied=False),
-    ModelShape(576, 30, 9, 3, 1536, 49_152, True, name="HuggingFaceTB/SmolLM2-135M-Instruct"),
-)}
-for _n in list(KNOWN_SHAPES):  # the base models share the instruct models' shapes
-    KNOWN_SHAPES[_n.removesuffix("-Instruct")] = KNOWN_SHAPES[_n]
-
-
-def shape_from_config_json(cfg_json: dict, name: str = "") -> ModelShape:
-    text = cfg_json.get("text_config", cfg_json)  # multimodal wrappers keep the LM's config there
-    return ModelShape(
-        hidden_size=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
-        num_heads=int(text["num_attention_heads"]),
-        num_kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
-        intermediate_size=int(text["intermediate_size"]), vocab_size=int(text["vocab_size"]),
-        tie_word_embeddings=bool(cfg_json.get("tie_word_embeddings", True)),
-        head_dim=text.get("head_dim"),
-        attention_bias=bool(text.get("attention_bias", text.get("model_type") == "qwen2")),
-        name=name)
-
-
-def model_shape(cfg: Config) -> Optional[ModelShape]:
-    """The shape of ``cfg.model`` without loading or downloading it; None when unknown."""
-    m = cfg.model
-    if m.path:
-        local = Path(os.path.expanduser(m.path)) / "config.json"
-        found: Optional[str] = str(local) if local.is_file() else None
-        if found is None and not os.path.isabs(m.path) and m.path.count("/") == 1:
-            try:
-                from huggingface_hub import try_to_load_from_cache
-
-                hit = try_to_load_from_cache(m.path, "config.json")
-                found = hit if isinstance(hit, str) else None
-            except Exception:  # noqa: BLE001  (no hub library, a bad name: fall back)
-                found = None
-        if found:
-            try:
-                return shape_from_config_json(json.loads(Path(found).read_text()), m.path)
-            except (OSError, ValueError, KeyError):
-                pass
-        known = KNOWN_SHAPES.get(m.path.rstrip("/"))
-        if known is None:  # a local copy not on this machine, named as downloaded (hf download
-            base = os.path.basename(m.path.rstrip("/"))  # Qwen/Qwen2.5-3B-Instruct --local-dir
-            known = next((s for n, s in KNOWN_SHAPES.items() if n.split("/")[-1] == base), None)
-        return known
-    if m.name == "tiny":
-        t = m.tiny
-        return ModelShape(t.hidden_size, t.num_layers, t.num_heads, t.num_kv_heads,
-                          t.intermediate_size, t.vocab_size, t.tie_word_embeddings,
-                          attention_bias=True, name="tiny")
-    if m.name == "smollm2":
-        return KNOWN_SHAPES["HuggingFaceTB/SmolLM2-135M-Instruct"]
-    return None
+__all__ = ["KNOWN_SHAPES", "MemoryBudget", "ModelShape", "estimate_memory", "fix_advice",
+           "memory_problems", "model_shape", "plan_memory"]
 
 
 @dataclass
@@ -410,43 +304,3 @@ def plan_memory(cfg: Config, nodes) -> Optional[MemoryBudget]:  # noqa: ANN001  
     described node list, e.g. in tests or from an inventory); None when none is known."""
     sizes = [n.gpu_memory for n in nodes if n.gpus > 0 and n.gpu_memory > 0]
     return estimate_memory(cfg, min(sizes)) if sizes else None
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m ragen2.cluster [--gpu-gib G] OVERRIDES...``: the per-GPU budget of a
-    config on GPUs of G GiB (default: an 80 GB H100), before any GPU is reserved. Exit status 1
-    when it does not fit, 2 for a bad config or an unknown model."""
-    import argparse
-    import sys
-
-    from ragen2.config import ConfigError
-    from ragen2.train import load_config
-
-    ap = argparse.ArgumentParser(prog="python -m ragen2.cluster", description=main.__doc__)
-    ap.add_argument("--gpu-gib", type=float, default=H100_80GB / GiB,
-                    help="memory of one GPU in GiB (torch's total_memory; default %(default).1f)")
-    ap.add_argument("overrides", nargs="*", help="ragen2-train overrides, e.g. "
-                    "+experiment=ragen2_sokoban cluster=gpu_1")
-    args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if cfg.cluster.device != "cuda":
-        print("cluster.device=cpu: nothing to estimate (pick a cluster=gpu_* preset)", file=sys.stderr)
-        return 2
-    b = estimate_memory(cfg, int(args.gpu_gib * GiB))
-    if b is None:
-        print(f"unknown model shape for {cfg.model.path or cfg.model.name}: no config.json found "
-              "(download it first) and not in ragen2.cluster.memory.KNOWN_SHAPES", file=sys.stderr)
-        return 2
-    print(b.describe())
-    for w in b.warnings:
-        print(f"warning: {w}")
-    if b.fits:
-        print("fits")
-        return 0
-    print(f"does not fit: {'; '.join(b.problems)}\n  fix: {fix_advice(cfg, b)}")
-    return 1
-

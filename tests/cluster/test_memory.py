@@ -187,11 +187,13 @@ def test_preflight_refuses_on_the_gpu_it_finds(monkeypatch):
 
 
 def test_command_line_says_before_any_gpu_is_reserved(capsys):
-    assert memory.main(["+experiment=ragen2_sokoban", "cluster=gpu_1"]) == 1
+    from ragen2.cluster.__main__ import main
+
+    assert main(["+experiment=ragen2_sokoban", "cluster=gpu_1"]) == 1
     out = capsys.readouterr().out
     assert "does not fit: the learner needs 108.8 GiB per GPU and has 47.8 GiB" in out
     assert "learner.cpu_offload=true" in out
-    assert memory.main(["+experiment=ragen2_sokoban"]) == 0
+    assert main(["+experiment=ragen2_sokoban"]) == 0
     assert capsys.readouterr().out.rstrip().endswith("fits")
-    assert memory.main(["--gpu-gib", "39.6", "+experiment=ragen2_sokoban_0.5b"]) == 1  # A100-40GB
-    assert memory.main([]) == 2  # the CPU default
+    assert main(["--gpu-gib", "39.6", "+experiment=ragen2_sokoban_0.5b"]) == 1  # A100-40GB
+    assert main([]) == 2  # the CPU default
