@@ -131,6 +131,7 @@ def test_sbatch_requeues_on_its_warning_signal():
     assert directives["--open-mode"] == "--open-mode=append"  # a requeued job appends its log
     assert "trap 'forward USR1' USR1" in text and "trap 'forward TERM' TERM" in text
     assert 'kill -s USR1 "$train_pid"' in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    assert '[ "$got_signal" = USR1 ]' in text  # scancel (TERM) checkpoints but is not requeued
     from ragen2.preempt import PREEMPTED_EXIT
 
     assert f'"$status" -eq {PREEMPTED_EXIT}' in text
@@ -204,9 +205,11 @@ def test_sbatch_runs_against_stand_in_slurm(tmp_path):
 
 
 @pytest.mark.slow
-def test_sbatch_forwards_usr1_and_requeues(tmp_path):
+@pytest.mark.parametrize("sig", ["USR1", "TERM"])
+def test_sbatch_forwards_usr1_and_requeues(tmp_path, sig):
     """The warning signal: USR1 to the batch shell reaches ragen2-train (a stand-in that exits 75
-    as the real one does after its checkpoint) and the job is requeued."""
+    as the real one does after its checkpoint) and the job is requeued. TERM (scancel) is passed
+    on as USR1 too, but the job is not requeued."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     stubs = {
@@ -242,7 +245,7 @@ def test_sbatch_forwards_usr1_and_requeues(tmp_path):
             assert job.poll() is None, job.stdout.read()
             assert time.monotonic() < deadline, "ragen2-train never started"
             time.sleep(0.2)
-        job.send_signal(signal.SIGUSR1)  # what SLURM does at --signal=B:USR1@T
+        job.send_signal(getattr(signal, f"SIG{sig}"))  # USR1: what SLURM does at --signal=B:USR1@T
         out, _ = job.communicate(timeout=120)
         time.sleep(2)
         left = session_pids(job.pid)
@@ -250,10 +253,14 @@ def test_sbatch_forwards_usr1_and_requeues(tmp_path):
         for pid in session_pids(job.pid):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_dir, ignore_errors=True)
-    assert job.returncode == 0, out
-    assert (tmp_path / "got").read_text().strip() == "USR1"
-    assert (tmp_path / "requeued").read_text().split() == ["requeue", "4242"], out
-    assert "ragen2-train exited with 75 (after SIGUSR1)" in out and "restart 2" in out, out
+    assert (tmp_path / "got").read_text().strip() == "USR1"  # the trainer always gets USR1
+    assert f"ragen2-train exited with 75 (after SIG{sig})" in out, out
+    if sig == "USR1":
+        assert job.returncode == 0, out
+        assert (tmp_path / "requeued").read_text().split() == ["requeue", "4242"], out
+        assert "restart 2" in out, out
+    else:
+        assert job.returncode == 75 and not (tmp_path / "requeued").exists(), out
     args = (tmp_path / "train_args").read_text().split()
     assert f"hydra.run.dir={tmp_path / 'run'}" in args and "trainer.resume=true" in args
     assert left == [], f"processes of the job still running: {left}"

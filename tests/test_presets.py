@@ -215,7 +215,7 @@ def _yaml_presets() -> list[tuple[str, str]]:
     for path in sorted(CONFIGS.rglob("*.yaml")):
         rel = path.relative_to(CONFIGS)
         # algorithm_invariants follow the chosen algorithm (tests/test_recipe.py), never chosen;
-        # hydra/launcher/* are Hydra's own groups, needing their plugin (tests/test_launch_files.py)
+        # hydra/launcher/* are Hydra's own groups, needing their plugin (tests/test_launch_examples.py)
         if rel.parts != ("config.yaml",) and rel.parts[0] not in ("algorithm_invariants", "hydra"):
             out.append((rel.parent.as_posix(), rel.stem))
     return out
