@@ -259,7 +259,8 @@ class Controller:
         while True:
             try:
                 t0 = time.perf_counter()
-                if self.cfg.engine.sleep_mode:
+                if self.cfg.engine.sleep_mode:  # the update's cached blocks go back first
+                    self.learners.call("release_cuda_cache")
                     self.pool.call_all("wake_up")
                 m = self.sync.push(self.version)
                 m["timing/sync_s"] = time.perf_counter() - t0

@@ -57,7 +57,8 @@ the GPU
   * ``colocated`` without ``engine.sleep_mode``: ``learner peak + engine budget <= GPU``
   * ``colocated`` with sleep mode: vLLM frees its weights and KV cache while the learner updates
     (``ENGINE_ASLEEP`` = 1 GiB stays), so ``learner peak + ENGINE_ASLEEP <= GPU`` during updates and
-    ``learner resident + engine budget <= GPU`` while it generates
+    ``learner resident + engine budget <= GPU`` while it generates (the learner empties PyTorch's
+    cache before vLLM wakes up: ``LearnerRank.release_cuda_cache``)
 
 Assumptions: a dense decoder (no MoE), AdamW, fp32 master weights (what ``ragen2.learner.rank``
 does), no credit for sequence packing or the shared prefix, even shards (``P / W``). It is an

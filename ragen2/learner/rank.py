@@ -589,6 +589,13 @@ class LearnerRank:
                 self.optim.zero_grad(set_to_none=True)
         return out
 
+    def release_cuda_cache(self) -> None:
+        """Return the blocks PyTorch's caching allocator keeps after an update (its activations,
+        logits and gathered weights) to the GPU, so that a sleeping vLLM engine on the same GPU
+        can wake up into them (``engine.sleep_mode``; the memory estimate assumes it)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     # ------------------------------------------------------------ MI monitor
     def score(self, contexts: list[list[int]], continuations: list[list[int]],
               columns: np.ndarray, chunk: int = 64) -> list[tuple[int, int, float, int]]:

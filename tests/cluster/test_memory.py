@@ -197,3 +197,23 @@ def test_command_line_says_before_any_gpu_is_reserved(capsys):
     assert capsys.readouterr().out.rstrip().endswith("fits")
     assert main(["--gpu-gib", "39.6", "+experiment=ragen2_sokoban_0.5b"]) == 1  # A100-40GB
     assert main([]) == 2  # the CPU default
+
+
+def test_learner_hands_its_cache_back_before_vllm_wakes(monkeypatch):
+    """The sleep-mode budget assumes the update's cached blocks are freed before wake-up."""
+    import inspect
+
+    from ragen2.controller import Controller
+    from ragen2.learner.rank import LearnerRank
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+    rank = LearnerRank.__new__(LearnerRank)
+    rank.device = torch.device("cpu")
+    rank.release_cuda_cache()
+    assert calls == []  # nothing to hand back on the CPU
+    rank.device = torch.device("cuda", 0)
+    rank.release_cuda_cache()
+    assert calls == ["empty"]
+    src = inspect.getsource(Controller.push_weights)
+    assert src.index('"release_cuda_cache"') < src.index('"wake_up"')
