@@ -50,7 +50,7 @@ def main() -> None:
         ap.add_argument("--repeats", type=int, default=7)))
     if args.quick:
         args.repeats = min(args.repeats, 3)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rx = Receiver.remote()
     sd = state_dict(args.params)
     as_numpy = {k: v.numpy() for k, v in sd.items()}

@@ -55,7 +55,7 @@ def run(world: int, workers: int, tp: int, layout: str) -> dict:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, num_gpus=4, include_dashboard=False, log_to_driver=False)
     print(json.dumps({"colocated": run(4, 4, 1, "colocated"),
                       "colocated_tp2": run(4, 2, 2, "colocated"),
                       "split_tp2": run(2, 1, 2, "split")}))
