@@ -51,6 +51,11 @@ CUDA graphs and KV cache must fit in it, and it refuses to start with less free 
     ``trainer.eval_episodes / num_workers`` for evaluation, x ``rollout.max_context_tokens``, no
     credit for prefix caching) is only needed for full speed: short of it vLLM queues sequences,
     so that is a warning
+HF engine (``engine=hf``), no budget of its own
+  * its weights in ``model.dtype``, a KV cache for every episode of its share at once (the count
+    above, each at ``rollout.max_context_tokens``), fp32 last-token logits and
+    ``HF_ENGINE_OVERHEAD`` (1 GiB); PyTorch's cache keeps those blocks reserved after generating,
+    so colocated the learner gets the rest of the GPU (``learner peak + HF engine <= GPU``)
 the GPU
   * ``cluster.layout=split``: a learner GPU holds the learner alone (the whole GPU), an engine GPU
     the engine alone (its budget)
@@ -78,6 +83,7 @@ GiB = 2**30
 LEARNER_OVERHEAD = 2 * GiB
 ENGINE_OVERHEAD = 2 * GiB
 ENGINE_ASLEEP = 1 * GiB
+HF_ENGINE_OVERHEAD = 1 * GiB
 MARGIN = 0.10
 # torch.cuda.get_device_properties(0).total_memory of the GPUs the presets are sized for
 H100_80GB = 81_559 * 2**20  # 79.6 GiB (A100-80GB: 81,251 MiB)
@@ -102,6 +108,7 @@ class MemoryBudget:
     kv_available: float = 0.0
     kv_one_sequence: float = 0.0
     kv_full_batch: float = 0.0
+    hf_engine_terms: dict[str, float] = field(default_factory=dict)  # engine=hf on the GPU
     sleep_mode: bool = False
     # filled by _judge
     learner_room: float = 0.0  # what the learner may use on its GPU while it updates
@@ -131,6 +138,9 @@ class MemoryBudget:
                  f"may use: {terms(self.learner_terms)}; during the update + "
                  f"{terms(self.update_terms)}"
                  + (f"; loading peak {gib(self.load_peak)}" if self.load_peak else "")]
+        if self.hf_engine_terms:
+            lines.append(f"  HF engine {gib(sum(self.hf_engine_terms.values()))}: "
+                         f"{terms(self.hf_engine_terms)}")
         if self.engine_budget:
             lines.append(f"  vLLM engine {gib(self.engine_budget)} (engine.gpu_memory_utilization):"
                          f" {terms(self.engine_terms)}, leaving {gib(self.kv_available)} of KV "
@@ -201,12 +211,24 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
         b.kv_available = b.engine_budget - sum(b.engine_terms.values())
         per_tok = shape.kv_bytes_per_token(wb) / t
         b.kv_one_sequence = eng.max_model_len * per_tok
-        workers = max(1, ro.num_workers)
-        seqs = max(math.ceil(ro.env_groups * ro.group_size / workers),
-                   math.ceil(cfg.trainer.eval_episodes / workers))
+        seqs = _episodes_per_worker(cfg)
         b.kv_full_batch = seqs * ro.max_context_tokens * per_tok
+    elif eng.name == "hf":
+        wb = DTYPE_BYTES[cfg.model.dtype]
+        seqs = _episodes_per_worker(cfg)
+        b.hf_engine_terms = {
+            "weights": wb * p, "overhead": HF_ENGINE_OVERHEAD,
+            f"KV of {seqs} sequences": seqs * ro.max_context_tokens * shape.kv_bytes_per_token(wb),
+            "logits": seqs * shape.vocab_size * 4}
     _judge(cfg, b)
     return b
+
+
+def _episodes_per_worker(cfg: Config) -> int:
+    """Episodes one rollout worker runs at once: its share of a step's, or of an evaluation's."""
+    ro, workers = cfg.rollout, max(1, cfg.rollout.num_workers)
+    return max(math.ceil(ro.env_groups * ro.group_size / workers),
+               math.ceil(cfg.trainer.eval_episodes / workers))
 
 
 def _meta_init() -> bool:
@@ -228,6 +250,11 @@ def _judge(cfg: Config, b: MemoryBudget) -> None:
         b.learner_room = g - ENGINE_ASLEEP
     else:
         b.learner_room = g - engine
+    hf = sum(b.hf_engine_terms.values())
+    if hf and b.layout == "split" and hf > g:
+        b.problems.append(f"the HF engine needs {gib(hf)} per GPU and has {gib(g)}")
+    elif hf and b.layout == "colocated":
+        b.learner_room = g - hf
     need = b.learner_peak
     if need > b.learner_room:
         b.problems.append(f"the learner needs {gib(need)} per GPU and has {gib(b.learner_room)}")
@@ -275,6 +302,10 @@ def fix_advice(cfg: Config, b: MemoryBudget) -> str:
             out.append(f"a lower engine.gpu_memory_utilization (now {eng.gpu_memory_utilization:g})")
         tokens = "learner.micro_batch_tokens" if lc.micro_batch_tokens > 0 else "algorithm.micro_batch_size"
         out.append(f"a smaller {tokens}")
+    if b.hf_engine_terms:
+        out.append("engine=vllm (a fixed KV budget; it queues what does not fit)")
+        out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes}) or "
+                   "rollout.env_groups x group_size")
     if b.engine_budget and b.kv_available < b.kv_one_sequence:
         out.append(f"a higher engine.gpu_memory_utilization (now {eng.gpu_memory_utilization:g}), "
                    f"a lower engine.max_model_len (now {eng.max_model_len}) or a larger "

@@ -217,3 +217,21 @@ def test_learner_hands_its_cache_back_before_vllm_wakes(monkeypatch):
     assert calls == ["empty"]
     src = inspect.getsource(Controller.push_weights)
     assert src.index('"release_cuda_cache"') < src.index('"wake_up"')
+
+
+def test_the_hf_engine_counts_its_weights_and_kv_beside_the_learner():
+    """engine=hf has no budget: weights + the KV of every episode of its share at once."""
+    cfg = load_config(["+experiment=ragen2_sokoban", "engine=hf"])  # 8 GPUs, 8 workers
+    b = estimate_memory(cfg, H100_80GB)
+    seqs = max(128 // 8, 512 // 8)  # the step's 16 per worker, the evaluation's 64
+    kv = seqs * 4096 * (2 * 36 * 2 * 128 * 2)  # 36 layers x 2 KV heads of 128, bf16: 9.0 GiB
+    p = b.params
+    hf = 2 * p + GiB + kv + seqs * 151936 * 4
+    assert sum(b.hf_engine_terms.values()) == pytest.approx(hf)
+    assert b.learner_room == pytest.approx(H100_80GB - hf) and b.fits
+    # 4096 held-out episodes: 512 per worker at once, 72 GiB of KV beside the learner's 28 GiB
+    big = load_config(["+experiment=ragen2_sokoban", "engine=hf", "trainer.eval_episodes=4096"])
+    assert not estimate_memory(big, H100_80GB).fits
+    (msg,) = memory_problems(big, H100_80GB)[0]
+    assert "KV of 512 sequences 72.0 GiB" in msg and "engine=vllm" in msg
+    assert "trainer.eval_episodes (now 4096)" in msg
