@@ -212,9 +212,13 @@ def materialise_sharded(model: nn.Module, source: SourceState | None, device: to
             t = torch.empty(buf.shape, dtype=buf.dtype, device=device)
         dist.broadcast(t, src=0)
         mod._buffers[name] = t
-    for mod in model.modules():  # a persistent buffer loaded on rank 0 may be the source's tensor
-        for name, buf in mod._buffers.items():
-            if buf is not None and rank0 and buf.untyped_storage().data_ptr() in sources:
+    for mod in model.modules():  # persistent buffers: on the device (not offloaded), and on
+        for name, buf in list(mod._buffers.items()):  # rank 0 never the source's own tensor
+            if buf is None or buf.is_meta:  # not loaded: reported below
+                continue
+            if buf.device != device:
+                mod._buffers[name] = buf.to(device)
+            elif rank0 and buf.untyped_storage().data_ptr() in sources:
                 mod._buffers[name] = buf.clone()
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if meta:

@@ -70,7 +70,9 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
             r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
             r.setup("127.0.0.1", next(port))
             try:
-                result[name, meta] = _snapshot(r, _batch())
+                batch = _batch()  # token rewards: the critic has something to learn
+                batch["token_rewards"] = (batch["loss_mask"] * np.linspace(-1, 1, 20)).astype(np.float32)
+                result[name, meta] = _snapshot(r, batch)
             finally:
                 r.shutdown()
     torch.save(result, f"{out_dir}/rank{rank}.pt")
