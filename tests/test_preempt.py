@@ -1,4 +1,9 @@
-"""SIGUSR1 / SIGTERM: the run finishes its step, checkpoints and exits 75; resume continues it."""
+"""SIGUSR1 / SIGTERM: the run finishes its step, checkpoints and exits 75; resume continues it.
+
+The end-to-end test runs the real trainer (tiny CPU run) through the sbatch script with stand-in
+``srun`` / ``scontrol``: the signal SLURM sends before the time limit, the checkpoint, the requeue
+and the resumed job, in one go.
+"""
 
 from __future__ import annotations
 
@@ -71,39 +76,79 @@ def _rows(run_dir: Path) -> dict[int, dict]:
 
 
 @pytest.mark.slow
-def test_sigusr1_checkpoints_the_step_and_resume_finishes(tiny_model_path, tmp_path):
-    from tests.test_e2e import ONE_RANK, small
+def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp_path):
+    """The whole SLURM loop with the real trainer on the CPU: the sbatch script (stand-in srun and
+    scontrol, a real Ray head) runs ragen2-train; SIGUSR1 to the script (SLURM's --signal=B:USR1)
+    makes the trainer checkpoint its step and exit 75, the script requeues the job; the requeued
+    job (the same script again, SLURM_RESTART_COUNT=1) resumes in the same run directory."""
+    import shutil
+    import tempfile
 
+    from tests.test_e2e import ONE_RANK, small
+    from tests.test_launch_files import LAUNCH, ROOT, free_port, session_pids
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    stubs = {
+        "scontrol": f"#!/usr/bin/env bash\nif [ \"$1\" = requeue ]; then echo \"$@\" >> "
+                    f"{tmp_path}/requeued; else echo localhost; fi\n",
+        "srun": "#!/usr/bin/env bash\nwhile [[ $# -gt 0 && $1 == -* ]]; do\n"
+                "  case $1 in -w) shift 2 ;; *) shift ;; esac\ndone\nexec \"$@\"\n",
+        "hostname": "#!/usr/bin/env bash\necho 127.0.0.1\n",
+        # the console script as installed, run by this interpreter
+        "ragen2-train": f"#!/usr/bin/env bash\nexec {sys.executable} -m ragen2.train \"$@\"\n",
+    }
+    for name, body in stubs.items():
+        (bin_ / name).write_text(body)
+        (bin_ / name).chmod(0o755)
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ragen2.train",
-           *small(tiny_model_path, "trainer.total_steps=3", "trainer.save_every=0", ONE_RANK),
-           f"hydra.run.dir={run}"]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    log = open(f"{run}.log", "w")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    ray_dir = Path(tempfile.mkdtemp(prefix="r2pq", dir="/tmp"))
+    env = {**os.environ, "PATH": f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "77",
+           "RAGEN2_RUN_DIR": str(run), "RAY_NUM_CPUS": "2", "RAY_INCLUDE_DASHBOARD": "false",
+           "RAY_TEMP_DIR": str(ray_dir), "RAGEN2_JOIN_TIMEOUT": "120",
+           "RAGEN2_CLUSTER_ARGS": "cluster.device=cpu cluster.backend=gloo",
+           "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+    for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK"):
+        env.pop(k, None)
+    args = small(tiny_model_path, "trainer.total_steps=3", "trainer.save_every=0", ONE_RANK)
+
+    def sbatch(restart: int) -> subprocess.Popen:
+        port, client = free_port(), free_port()
+        return subprocess.Popen(
+            ["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), *args],
+            stdout=open(tmp_path / f"job{restart}.log", "w"), stderr=subprocess.STDOUT, cwd=tmp_path,
+            env={**env, "SLURM_RESTART_COUNT": str(restart), "RAY_PORT": str(port),
+                 "RAY_START_ARGS": f"--ray-client-server-port={client}"},
+            start_new_session=True)
+
+    jobs = [sbatch(0)]
     try:
         deadline = time.monotonic() + 600
         while 1 not in _rows(run):
-            assert p.poll() is None, Path(f"{run}.log").read_text()[-3000:]
+            assert jobs[0].poll() is None, (tmp_path / "job0.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "step 1 never logged"
             time.sleep(0.2)
-        os.kill(p.pid, signal.SIGUSR1)  # the driver only, as the sbatch script forwards it
-        code = p.wait(300)
+        jobs[0].send_signal(signal.SIGUSR1)
+        assert jobs[0].wait(300) == 0, (tmp_path / "job0.log").read_text()[-3000:]
+        out0 = (tmp_path / "job0.log").read_text()
+        assert f"ragen2-train exited with {PREEMPTED_EXIT} (after SIGUSR1)" in out0, out0[-3000:]
+        assert (tmp_path / "requeued").read_text().split() == ["requeue", "77"]
+        stopped = max(_rows(run))
+        assert stopped in (1, 2), out0[-3000:]  # the step it was in, not the whole run
+        # save_every=0: only the signal wrote this checkpoint
+        assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == stopped
+        assert f"stopped after step {stopped}" in out0 and "trainer.resume=true" in out0
+        assert not (run / "summary.json").exists()
+        jobs.append(sbatch(1))  # what SLURM runs after `scontrol requeue`
+        assert jobs[1].wait(600) == 0, (tmp_path / "job1.log").read_text()[-3000:]
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        log.close()
-    out = Path(f"{run}.log").read_text()
-    assert code == PREEMPTED_EXIT, out[-3000:]
-    stopped = max(_rows(run))
-    assert stopped in (1, 2), out[-3000:]  # the step it was in, not the whole run
-    latest = json.loads((run / "checkpoints" / "latest.json").read_text())
-    assert latest["step"] == stopped  # save_every=0: only the signal wrote it
-    assert f"stopped after step {stopped}" in out and "trainer.resume=true" in out
-    assert not (run / "summary.json").exists()
-
-    done = subprocess.run(cmd + ["trainer.resume=true"], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        for job in jobs:
+            for pid in session_pids(job.pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    out1 = (tmp_path / "job1.log").read_text()
+    assert "restart 1" in out1 and "ragen2-train exited with 0" in out1, out1[-3000:]
     assert sorted(_rows(run)) == [0, 1, 2, 3]
     assert json.loads((run / "summary.json").read_text())["steps"] == 3
+    assert (tmp_path / "requeued").read_text().split() == ["requeue", "77"]  # not again
