@@ -52,6 +52,26 @@ class Preempted(RuntimeError):
         self.chain = chain
 
 
+_pending: Optional[int] = None  # a stop signal that arrived before the training loop
+
+
+def _early(signum: int, frame: Optional[FrameType]) -> None:  # noqa: ARG002
+    global _pending
+    _pending = signum
+    log.warning("%s received while starting: stopping before the first step",
+                signal.Signals(signum).name)
+
+
+def install_early() -> None:
+    """From process start until the training loop's :class:`StopSignal` takes over: remember a
+    SIGUSR1 (SLURM's time-limit warning can come while Ray and the models start) instead of dying
+    of it; the loop then stops before its first step. SIGTERM keeps its default (and Ray's), and
+    a handler someone else installed for SIGUSR1 (submitit's) stays."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL):
+        signal.signal(signal.SIGUSR1, _early)
+
+
 class StopSignal:
     """``with StopSignal() as s: ... if s.received: ...`` (see the module docstring)."""
 
@@ -72,15 +92,19 @@ class StopSignal:
                     "stop at once)", signal.Signals(signum).name)
 
     def __enter__(self) -> "StopSignal":
+        global _pending
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
                 self._previous[s] = signal.signal(s, self._handle)
+        if _pending is not None:  # it came while the run was starting
+            self.received, _pending = _pending, None
         return self
 
     def preempted(self, msg: str) -> Preempted:
         """The exception to raise once the step is checkpointed (with submitit's handler, if any)."""
         prev = self._previous.get(self.received) if self.received != signal.SIGTERM else None
-        return Preempted(msg, self.received or 0, prev if callable(prev) else None)
+        chain = prev if callable(prev) and prev is not _early else None
+        return Preempted(msg, self.received or 0, chain)
 
     def __exit__(self, *exc: Any) -> None:
         for s, h in self._previous.items():

@@ -150,9 +150,10 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
     from ragen2.rollout.envs import EnvSpecError
     from ragen2.cluster import HardwareError, PlacementError
     from ragen2.cluster.jobs import GpuSliceError, sweep_job_gpus
-    from ragen2.preempt import PREEMPTED_EXIT, Preempted
+    from ragen2.preempt import PREEMPTED_EXIT, Preempted, install_early
     from ragen2.sync import WeightSyncError
 
+    install_early()  # a SIGUSR1 while Ray and the models start stops the run before step 1
     try:
         typed = to_config(cfg)
     except ConfigError as e:

@@ -63,6 +63,30 @@ def test_submitits_signal_is_handled_and_its_handler_chained(monkeypatch):
         signal.signal(signal.SIGUSR2, before)
 
 
+def test_a_signal_while_starting_stops_before_the_first_step(monkeypatch):
+    """SIGUSR1 between process start and the training loop (Ray, models) is remembered."""
+    from ragen2 import preempt
+
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        preempt.install_early()
+        os.kill(os.getpid(), signal.SIGUSR1)  # would end the process with the default action
+        time.sleep(0.05)
+        with StopSignal() as s:
+            assert s.received == signal.SIGUSR1  # the loop stops before its first step
+            assert s.preempted("x").chain is None  # the early handler is not chained
+        assert preempt._pending is None
+        calls = []
+        signal.signal(signal.SIGUSR1, lambda sig, f: calls.append(sig))  # e.g. submitit's
+        preempt.install_early()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        assert calls == [signal.SIGUSR1] and preempt._pending is None  # left in place
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        monkeypatch.setattr(preempt, "_pending", None)
+
+
 def _rows(run_dir: Path) -> dict[int, dict]:
     out = {}
     if (run_dir / "metrics.jsonl").exists():
