@@ -2,7 +2,9 @@
 
 Learner rank 0 puts one object per bucket (every rank takes part in gathering each parameter);
 each worker streams the buckets into its engine one at a time: the HF engine copies tensors in
-place, the vLLM engine runs ``reload_weights`` over the stream and then resets its prefix cache.
+place, the vLLM engine runs ``reload_weights`` over the stream and then resets its prefix cache
+(a multiprocess vLLM engine, ``engine.multiprocess`` or TP > 1, reloads from one ``/dev/shm`` file
+the stream is written to: ``ragen2.engines.vllm_worker``).
 """
 
 from __future__ import annotations
