@@ -37,6 +37,8 @@ def test_submitit_launcher_config_shape():
     assert conf["gpus_per_node"] == "${cluster.learner_world_size}"
     assert any("HF_HUB_OFFLINE=1" in line for line in conf["setup"])
     assert "hydra-submitit-launcher" in extra("sweep-slurm")
+    # the test extra holds the same pin, so the composition test below runs in CI
+    assert extra("test")["hydra-submitit-launcher"] == extra("sweep-slurm")["hydra-submitit-launcher"]
 
 
 def test_submitit_launcher_composes_into_an_sbatch_script(tmp_path, monkeypatch):
