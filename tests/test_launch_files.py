@@ -162,28 +162,13 @@ def test_sbatch_sets_offline_caches_network_and_containers():
 @pytest.mark.slow
 def test_sbatch_runs_against_stand_in_slurm(tmp_path):
     """srun/scontrol stand-ins on one node: Ray head up, wait, train (a stand-in), Ray down."""
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    stubs = {
-        "scontrol": "#!/usr/bin/env bash\necho localhost\n",
-        # drop srun's options, then become the command (so SIGTERM reaches `ray start --block`)
-        "srun": "#!/usr/bin/env bash\nwhile [[ $# -gt 0 && $1 == -* ]]; do\n"
-                "  case $1 in -w) shift 2 ;; *) shift ;; esac\ndone\nexec \"$@\"\n",
-        "hostname": "#!/usr/bin/env bash\necho 127.0.0.1\n",
-        "ragen2-train": f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\nexit 3\n",
-    }
-    for name, body in stubs.items():
-        (bin_ / name).write_text(body)
-        (bin_ / name).chmod(0o755)
+    bin_ = stand_in_slurm(tmp_path, scontrol="#!/usr/bin/env bash\necho localhost\n",
+                          ragen2_train=f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
+                                       "exit 3\n")
     ray_dir = Path(tempfile.mkdtemp(prefix="r2sb", dir="/tmp"))  # Unix sockets: short paths
     port, client_port = free_port(), free_port()  # another test run may hold Ray's defaults
-    env = {**os.environ, "PATH": f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SLURM_JOB_NODELIST": "localhost", "SLURM_SUBMIT_DIR": str(ROOT),
-           "RAY_PORT": str(port), "RAY_NUM_CPUS": "1", "RAY_INCLUDE_DASHBOARD": "false",
-           "RAY_TEMP_DIR": str(ray_dir),
-           "RAY_START_ARGS": f"--ray-client-server-port={client_port}", "RAGEN2_JOIN_TIMEOUT": "120"}
-    for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK"):
-        env.pop(k, None)
+    env = sbatch_env(bin_, ray_dir, RAY_PORT=str(port), RAY_NUM_CPUS="1",
+                     RAY_START_ARGS=f"--ray-client-server-port={client_port}")
     # its own session, so whatever it leaves behind can be found (and ended) by session id
     job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -193,9 +178,7 @@ def test_sbatch_runs_against_stand_in_slurm(tmp_path):
         time.sleep(2)
         left = session_pids(job.pid)
     finally:
-        for pid in session_pids(job.pid):
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(ray_dir, ignore_errors=True)
+        end_sessions([job], ray_dir)
     assert job.returncode == 3, out  # ragen2-train's exit status comes through
     assert "ray node" in out and "1 CPU" in out, out
     assert (tmp_path / "train_args").read_text().split() == [
@@ -210,32 +193,19 @@ def test_sbatch_forwards_usr1_and_requeues(tmp_path, sig):
     """The warning signal: USR1 to the batch shell reaches ragen2-train (a stand-in that exits 75
     as the real one does after its checkpoint) and the job is requeued. TERM (scancel) is passed
     on as USR1 too, but the job is not requeued."""
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    stubs = {
-        "scontrol": f"#!/usr/bin/env bash\nif [ \"$1\" = requeue ]; then echo \"$@\" > "
-                    f"{tmp_path}/requeued; else echo localhost; fi\n",
-        "srun": "#!/usr/bin/env bash\nwhile [[ $# -gt 0 && $1 == -* ]]; do\n"
-                "  case $1 in -w) shift 2 ;; *) shift ;; esac\ndone\nexec \"$@\"\n",
-        "hostname": "#!/usr/bin/env bash\necho 127.0.0.1\n",
-        "ragen2-train": f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
-                        f"trap 'echo USR1 > {tmp_path}/got; exit 75' USR1\n"
-                        f"touch {tmp_path}/started\nwhile :; do sleep 0.1; done\n",
-    }
-    for name, body in stubs.items():
-        (bin_ / name).write_text(body)
-        (bin_ / name).chmod(0o755)
+    bin_ = stand_in_slurm(
+        tmp_path,
+        scontrol=f"#!/usr/bin/env bash\nif [ \"$1\" = requeue ]; then echo \"$@\" > "
+                 f"{tmp_path}/requeued; else echo localhost; fi\n",
+        ragen2_train=f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
+                     f"trap 'echo USR1 > {tmp_path}/got; exit 75' USR1\n"
+                     f"touch {tmp_path}/started\nwhile :; do sleep 0.1; done\n")
     ray_dir = Path(tempfile.mkdtemp(prefix="r2sq", dir="/tmp"))
     port, client_port = free_port(), free_port()
-    env = {**os.environ, "PATH": f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SLURM_JOB_NODELIST": "localhost", "SLURM_SUBMIT_DIR": str(ROOT),
-           "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "1", "RAGEN2_RUN_DIR": str(tmp_path / "run"),
-           "RAY_PORT": str(port), "RAY_NUM_CPUS": "1", "RAY_INCLUDE_DASHBOARD": "false",
-           "RAY_TEMP_DIR": str(ray_dir),
-           "RAY_START_ARGS": f"--ray-client-server-port={client_port}", "RAGEN2_JOIN_TIMEOUT": "120"}
-    for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK",
-              "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        env.pop(k, None)
+    env = sbatch_env(bin_, ray_dir, drop=("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"),
+                     SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="1",
+                     RAGEN2_RUN_DIR=str(tmp_path / "run"), RAY_PORT=str(port), RAY_NUM_CPUS="1",
+                     RAY_START_ARGS=f"--ray-client-server-port={client_port}")
     job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                            cwd=tmp_path, start_new_session=True)
@@ -250,9 +220,7 @@ def test_sbatch_forwards_usr1_and_requeues(tmp_path, sig):
         time.sleep(2)
         left = session_pids(job.pid)
     finally:
-        for pid in session_pids(job.pid):
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(ray_dir, ignore_errors=True)
+        end_sessions([job], ray_dir)
     assert (tmp_path / "got").read_text().strip() == "USR1"  # the trainer always gets USR1
     assert f"ragen2-train exited with 75 (after SIG{sig})" in out, out
     if sig == "USR1":
@@ -276,6 +244,45 @@ def session_pids(sid: int) -> list[int]:
     """Processes of session ``sid`` (a job started with start_new_session=True)."""
     ps = subprocess.run(["ps", "-eo", "pid=,sid="], capture_output=True, text=True).stdout
     return [int(p) for p, s in (ln.split() for ln in ps.splitlines()) if int(s) == sid]
+
+
+#: stand-in srun: drop srun's options, then become the command (so SIGTERM reaches `ray start --block`)
+_SRUN = ("#!/usr/bin/env bash\nwhile [[ $# -gt 0 && $1 == -* ]]; do\n"
+         "  case $1 in -w) shift 2 ;; *) shift ;; esac\ndone\nexec \"$@\"\n")
+
+
+def stand_in_slurm(tmp_path: Path, *, scontrol: str, ragen2_train: str) -> Path:
+    """A bin directory of executable stand-ins for one node: srun, hostname (127.0.0.1) and the
+    given ``scontrol`` and ``ragen2-train`` script bodies."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    stubs = {"scontrol": scontrol, "srun": _SRUN, "hostname": "#!/usr/bin/env bash\necho 127.0.0.1\n",
+             "ragen2-train": ragen2_train}
+    for name, body in stubs.items():
+        (bin_ / name).write_text(body)
+        (bin_ / name).chmod(0o755)
+    return bin_
+
+
+def sbatch_env(bin_: Path, ray_dir: Path, drop: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
+    """The sbatch script's environment on the stand-in node (``extra`` on top), without the
+    variables of a surrounding Ray, GPU allocation or SLURM job (and ``drop``)."""
+    env = {**os.environ, "PATH": f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_SUBMIT_DIR": str(ROOT),
+           "RAY_INCLUDE_DASHBOARD": "false", "RAY_TEMP_DIR": str(ray_dir),
+           "RAGEN2_JOIN_TIMEOUT": "120", **extra}
+    for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK",
+              *drop):
+        env.pop(k, None)
+    return env
+
+
+def end_sessions(jobs: list[subprocess.Popen], ray_dir: Path) -> None:
+    """SIGKILL whatever the jobs' sessions left running; remove the Ray temp dir."""
+    for job in jobs:
+        for pid in session_pids(job.pid):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 # -------------------------------------------------------------------------------- KubeRay

@@ -105,36 +105,23 @@ def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp
     scontrol, a real Ray head) runs ragen2-train; SIGUSR1 to the script (SLURM's --signal=B:USR1)
     makes the trainer checkpoint its step and exit 75, the script requeues the job; the requeued
     job (the same script again, SLURM_RESTART_COUNT=1) resumes in the same run directory."""
-    import shutil
     import tempfile
 
     from tests.test_e2e import ONE_RANK, small
-    from tests.test_launch_files import LAUNCH, ROOT, free_port, session_pids
+    from tests.test_launch_files import (LAUNCH, ROOT, end_sessions, free_port, sbatch_env,
+                                         stand_in_slurm)
 
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    stubs = {
-        "scontrol": f"#!/usr/bin/env bash\nif [ \"$1\" = requeue ]; then echo \"$@\" >> "
-                    f"{tmp_path}/requeued; else echo localhost; fi\n",
-        "srun": "#!/usr/bin/env bash\nwhile [[ $# -gt 0 && $1 == -* ]]; do\n"
-                "  case $1 in -w) shift 2 ;; *) shift ;; esac\ndone\nexec \"$@\"\n",
-        "hostname": "#!/usr/bin/env bash\necho 127.0.0.1\n",
+    bin_ = stand_in_slurm(
+        tmp_path,
+        scontrol=f"#!/usr/bin/env bash\nif [ \"$1\" = requeue ]; then echo \"$@\" >> "
+                 f"{tmp_path}/requeued; else echo localhost; fi\n",
         # the console script as installed, run by this interpreter
-        "ragen2-train": f"#!/usr/bin/env bash\nexec {sys.executable} -m ragen2.train \"$@\"\n",
-    }
-    for name, body in stubs.items():
-        (bin_ / name).write_text(body)
-        (bin_ / name).chmod(0o755)
+        ragen2_train=f"#!/usr/bin/env bash\nexec {sys.executable} -m ragen2.train \"$@\"\n")
     run = tmp_path / "run"
     ray_dir = Path(tempfile.mkdtemp(prefix="r2pq", dir="/tmp"))
-    env = {**os.environ, "PATH": f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SLURM_JOB_NODELIST": "localhost", "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "77",
-           "RAGEN2_RUN_DIR": str(run), "RAY_NUM_CPUS": "2", "RAY_INCLUDE_DASHBOARD": "false",
-           "RAY_TEMP_DIR": str(ray_dir), "RAGEN2_JOIN_TIMEOUT": "120",
-           "RAGEN2_CLUSTER_ARGS": "cluster.device=cpu cluster.backend=gloo",
-           "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
-    for k in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES", "SLURM_GPUS_PER_NODE", "SLURM_CPUS_PER_TASK"):
-        env.pop(k, None)
+    env = sbatch_env(bin_, ray_dir, SLURM_JOB_ID="77", RAGEN2_RUN_DIR=str(run), RAY_NUM_CPUS="2",
+                     RAGEN2_CLUSTER_ARGS="cluster.device=cpu cluster.backend=gloo",
+                     PYTHONPATH=str(ROOT), RAY_AUTH_MODE="disabled")
     args = small(tiny_model_path, "trainer.total_steps=3", "trainer.save_every=0", ONE_RANK)
 
     def sbatch(restart: int) -> subprocess.Popen:
@@ -167,10 +154,7 @@ def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp
         jobs.append(sbatch(1))  # what SLURM runs after `scontrol requeue`
         assert jobs[1].wait(600) == 0, (tmp_path / "job1.log").read_text()[-3000:]
     finally:
-        for job in jobs:
-            for pid in session_pids(job.pid):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(ray_dir, ignore_errors=True)
+        end_sessions(jobs, ray_dir)
     out1 = (tmp_path / "job1.log").read_text()
     assert "restart 1" in out1 and "ragen2-train exited with 0" in out1, out1[-3000:]
     assert sorted(_rows(run)) == [0, 1, 2, 3]
