@@ -203,9 +203,22 @@ def check_command_line(argv: Sequence[str]) -> None:
         raise config_error(e, args.overrides) from e
 
 
+def import_from_working_dir() -> None:
+    """Put the working directory first on ``sys.path``, as ``python -m ragen2.train`` does.
+
+    ``env.id=<module>:<id>`` names a module in the user's own folder. The ``ragen2-train``
+    console script starts with the venv's ``bin/`` as ``sys.path[0]`` instead, so without this
+    the env check would not find the module; :func:`ensure_ray` passes the same folder on to the
+    Ray workers through ``PYTHONPATH``."""
+    cwd = os.getcwd()
+    if not sys.path or os.path.abspath(sys.path[0]) != cwd:  # abspath("") is the cwd
+        sys.path.insert(0, cwd)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import hydra
 
+    import_from_working_dir()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         check_command_line(argv)

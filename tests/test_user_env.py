@@ -1,9 +1,14 @@
-"""A user's env from their own module trains through Ray with `env.id=<module>:<id>` alone."""
+"""A user's env from their own module trains through Ray with `env.id=<module>:<id>` alone.
+
+Both CLI tests type the README's command: the ``ragen2-train`` console script of this venv, run
+from the folder that holds the user's module, with no PYTHONPATH.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,18 +16,33 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+RAGEN2_TRAIN = Path(sys.executable).parent / "ragen2-train"  # the console script, as installed
 
 
-@pytest.mark.slow
-def test_example_env_trains_two_steps(tmp_path):
-    cmd = [sys.executable, "-m", "ragen2.train", "env.id=corridor_env:Corridor-v0",
-           "trainer.total_steps=2", "rollout.env_groups=2", "rollout.group_size=2",
-           "trainer.warm_start.episodes=16", "trainer.warm_start.epochs=1",
-           "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path / 'run'}"]
-    # run from elsewhere with the module on PYTHONPATH: the Ray workers must find it the same way
-    path = os.pathsep.join(p for p in [str(EXAMPLES), os.environ.get("PYTHONPATH", "")] if p)
-    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=400,
-                       env={**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": path})
+def _as_typed(folder: Path, *overrides: str, timeout: float) -> subprocess.CompletedProcess:
+    """``ragen2-train OVERRIDES`` run in ``folder`` with nothing else set (no PYTHONPATH)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(RAGEN2_TRAIN), *overrides], cwd=folder, capture_output=True,
+                          text=True, timeout=timeout, env={**env, "RAY_AUTH_MODE": "disabled"})
+
+
+def test_the_console_script_imports_the_users_module_from_the_working_dir(tmp_path):
+    """The env check imports ``env.id``'s module from the folder the command runs in (the
+    module ends the process once imported: nothing trains)."""
+    (tmp_path / "stop_on_import.py").write_text("import os\nos._exit(42)\n")
+    r = _as_typed(tmp_path, "env.id=stop_on_import:Stop-v0", f"hydra.run.dir={tmp_path / 'run'}",
+                  timeout=120)
+    assert r.returncode == 42, r.stderr[-3000:]
+
+
+@pytest.mark.e2e
+def test_example_env_trains_two_steps_with_the_readme_command(tmp_path):
+    """README "Add an environment": a copy of examples/corridor_env.py in the user's folder."""
+    shutil.copy(EXAMPLES / "corridor_env.py", tmp_path)
+    r = _as_typed(tmp_path, "env.id=corridor_env:Corridor-v0",
+                  "trainer.total_steps=2", "rollout.env_groups=2", "rollout.group_size=2",
+                  "trainer.warm_start.episodes=16", "trainer.warm_start.epochs=1",
+                  "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path / 'run'}", timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0, 1, 2]
@@ -30,7 +50,7 @@ def test_example_env_trains_two_steps(tmp_path):
     assert "cell" in (tmp_path / "run" / "samples" / "eval_step_000000.jsonl").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_plain_gymnasium_env_trains_without_a_warm_start(ray_session, tiny_model_path, tmp_path,
                                                            capfd):
     """No demonstration() hook: the default warm start is skipped with one line saying so, and RL
