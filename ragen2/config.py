@@ -408,6 +408,14 @@ class MonitorConfig:
     panel_samples: int = 4  # reasoning samples per panel prompt
     panel_bootstrap: int = 200  # bootstrap resamples
     panel_permutations: int = 200  # permutation-null draws (its 95th percentile is the floor)
+    # its later turns (collapse/panel/turns/*, ragen2.collapse.panel_turns): each panel seed
+    # played this many scripted turns (expert moves, each random with panel_prefix_random), then
+    # the policy's reasoning at the next turn is measured (0 = off)
+    panel_prefix_turns: int = 2
+    panel_prefix_random: float = 0.5
+    # what the collapse alert and the diagnosis read (ragen2.collapse.instrument): auto = the
+    # later-turn panel where the env has one, else the first turn | first_turn | later_turns
+    alert_instrument: str = "auto"
     # collapse alert (collapse/alert): the panel MI's lower bound at or under the floor for
     # `alert_patience` measurements in a row while held-out success gains no more than
     # `alert_min_gain`; then warn (log + print), rollback (the newest healthy checkpoint, and a
@@ -435,6 +443,15 @@ class MonitorConfig:
         _check(self.panel_bootstrap >= 2, f"{p}.panel_bootstrap", self.panel_bootstrap,
                "must be >= 2 resamples")
         _positive(self, p, "panel_permutations")
+        _check(self.panel_prefix_turns >= 0, f"{p}.panel_prefix_turns", self.panel_prefix_turns,
+               "must be >= 0 (0 = no later-turn panel)")
+        _check(0 <= self.panel_prefix_random <= 1, f"{p}.panel_prefix_random",
+               self.panel_prefix_random, "must be in [0, 1] (the share of random scripted moves)")
+        _choice(self, p, "alert_instrument", ("auto", "first_turn", "later_turns"))
+        if self.alert_instrument == "later_turns":
+            _check(self.panel_size > 0 and self.panel_prefix_turns > 0, f"{p}.alert_instrument",
+                   self.alert_instrument, "later_turns needs the later-turn panel "
+                   "(monitor.panel_size > 0 and monitor.panel_prefix_turns > 0); or auto / first_turn")
         _choice(self, p, "on_collapse", ("warn", "rollback", "stop"))
         _check(self.alert_min_gain >= 0, f"{p}.alert_min_gain", self.alert_min_gain, "must be >= 0")
         _check(0 < self.rollback_filter_factor < 1, f"{p}.rollback_filter_factor",
@@ -698,6 +715,11 @@ class Config:
             _check(self.trainer.eval_every > 0, "monitor.on_collapse", m.on_collapse,
                    "rollback or stop need periodic held-out evaluations (trainer.eval_every > 0): "
                    "the alert waits for one to show that success stalled")
+        if m.alert_instrument == "later_turns":
+            _check(self.rollout.max_turns > m.panel_prefix_turns, "monitor.alert_instrument",
+                   m.alert_instrument, f"later_turns measures turn {m.panel_prefix_turns + 1}, "
+                   f"past rollout.max_turns={self.rollout.max_turns}: lower "
+                   "monitor.panel_prefix_turns, or use auto / first_turn")
         n_eps = self.rollout.env_groups * self.rollout.group_size
         _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
                self.algorithm.ppo_mini_batches,

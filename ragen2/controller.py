@@ -154,7 +154,16 @@ class Controller:
             self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed,
                                      m.turn_negatives, m.turn_uniform, action_mi=m.action_mi)
         self.panel = self._make_panel() if cfg.monitor.name == "mi" and cfg.monitor.panel_size else None
+        self.turn_panel = self._make_turn_panel()
         from ragen2.collapse.alert import CollapseAlert
+        from ragen2.collapse.instrument import resolve_instrument
+
+        #: what the alert and the diagnosis read: first_turn | later_turns (collapse/instrument.py)
+        self.instrument = resolve_instrument(cfg.monitor.alert_instrument,
+                                             self.turn_panel is not None)
+        if cfg.monitor.name == "mi":
+            log.info("collapse alert and diagnosis read the %s MI (monitor.alert_instrument=%s)",
+                     self.instrument.replace("_", " "), cfg.monitor.alert_instrument)
 
         self.alert = CollapseAlert(cfg.monitor.alert_patience, cfg.monitor.alert_min_gain)
         self.panel_verdict: dict[str, Any] | None = None  # the last panel measurement's
@@ -167,7 +176,7 @@ class Controller:
         self.eos_text = self.tokenizer.decode([eos]) if eos is not None else None
         self.group_keys: dict[int, int] | None = None
         self.health: dict[str, Any] = {"entropy_ref": None, "train_success": [], "collapse": {},
-                                       "label": None}
+                                       "label": None, "panel_turns": {}}
         self.pad_id = 0
         self.version = 0
 
@@ -302,25 +311,72 @@ class Controller:
         return ProbePanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
                           self.cfg.seed, m.action_mi)
 
+    def _make_turn_panel(self) -> Any:
+        """The later-turn panel (fixed mid-episode states, :mod:`ragen2.collapse.panel_turns`),
+        or None when it is off or the training envs give fewer than 2 such prompts."""
+        from ragen2.collapse.panel_turns import TurnPanel, choose_turn_panel, script_opening
+        from ragen2.rollout.envs import make_env
+
+        m, entries = self.cfg.monitor, {e.name: e for e in self.train_envs}
+        k = m.panel_prefix_turns
+        if not (m.name == "mi" and m.panel_size and k and self.cfg.rollout.max_turns > k):
+            return None
+        envs: dict[str, Any] = {}
+
+        def play(name: str, seed: int) -> Any:
+            if name not in envs:
+                envs[name] = make_env(entries[name].id, entries[name].kwargs)
+            return script_opening(envs[name], seed, k, m.panel_prefix_random)
+
+        counts = allocate(m.panel_size, [e.share for e in self.train_envs])
+        prompts = choose_turn_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], play)
+        for env in envs.values():
+            env.close()
+        if len(prompts) < 2:
+            log.info("later-turn probe panel off: the training envs gave %d mid-episode states "
+                     "after %d scripted turns", len(prompts), k)
+            return None
+        return TurnPanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
+                         self.cfg.seed)
+
     def panel_due(self, step: int) -> bool:
         every = self.cfg.monitor.every
-        return self.panel is not None and (step == 0 or (every > 0 and step % every == 0))
+        return ((self.panel is not None or self.turn_panel is not None)
+                and (step == 0 or (every > 0 and step % every == 0)))
 
     def measure_panel(self, step: int) -> dict[str, float]:
         """``collapse/panel/*``: fresh first turns of the current policy on the panel, scored by
-        the learner; the samples go to ``panel/step_XXXXXX.jsonl``."""
+        the learner; the samples go to ``panel/step_XXXXXX.jsonl``. ``collapse/panel/turns/*``:
+        the same at the later-turn panel's fixed mid-episode states (``panel/turns/``)."""
+        from ragen2.collapse.instrument import ALERT_PREFIX
         from ragen2.collapse.panel import write_records
 
-        t0 = time.perf_counter()
         n = len(self.workers)
-        trajs, _ = self._gather("rollout", self.panel.specs(),
-                                [seeding.panel_sampling_seed(self.cfg.seed, step, i) for i in range(n)],
-                                [self.version] * n, [False] * n, [1] * n)
-        m = self.panel.measure(trajs, self.learners.score, step)
-        write_records(self.run_dir, step, self.panel.records(trajs, step, self.eos_text))
-        if "collapse/panel/healthy" in m:
-            self.panel_verdict = {"step": step, "healthy": bool(m["collapse/panel/healthy"])}
-        m["timing/panel_s"] = time.perf_counter() - t0
+        m: dict[str, float] = {}
+        if self.panel is not None:
+            t0 = time.perf_counter()
+            trajs, _ = self._gather("rollout", self.panel.specs(),
+                                    [seeding.panel_sampling_seed(self.cfg.seed, step, i) for i in range(n)],
+                                    [self.version] * n, [False] * n, [1] * n)
+            m.update(self.panel.measure(trajs, self.learners.score, step))
+            write_records(self.run_dir, step, self.panel.records(trajs, step, self.eos_text))
+            m["timing/panel_s"] = time.perf_counter() - t0
+        if self.turn_panel is not None:
+            t0 = time.perf_counter()
+            tp = self.turn_panel
+            trajs, _ = self._gather(
+                "rollout", tp.specs(),
+                [seeding.panel_turn_sampling_seed(self.cfg.seed, step, i) for i in range(n)],
+                [self.version] * n, [False] * n, [tp.turn + 1] * n, [tp.prefixes()] * n)
+            turns = tp.measure(trajs, self.learners.score, step)
+            m.update(turns)
+            write_records(self.run_dir, step, tp.records(trajs, step, self.eos_text),
+                          folder="panel/turns")
+            self.health["panel_turns"] = turns
+            m["timing/panel_turns_s"] = time.perf_counter() - t0
+        healthy = ALERT_PREFIX[self.instrument] + "healthy"
+        if healthy in m:
+            self.panel_verdict = {"step": step, "healthy": bool(m[healthy])}
         return m
 
     def record_eval(self, step: int, success: float) -> None:
@@ -330,10 +386,12 @@ class Controller:
     def check_collapse(self, step: int, m: dict[str, float]) -> str | None:
         """Feed this step's panel measurement to the alert; on an alert act as
         ``monitor.on_collapse`` says. Returns a stop reason for ``stop``, else None."""
-        if "collapse/panel/n_prompts" not in m:  # no panel measurement at this step
+        from ragen2.collapse.instrument import alert_inputs
+
+        measured, mi_lo, mi_floor = alert_inputs(self.instrument, m)
+        if not measured:  # no panel measurement of the instrument at this step
             return None
-        evidence = self.alert.observe_panel(step, m.get("collapse/panel/mi_lo"),
-                                            m.get("collapse/panel/mi_floor"))
+        evidence = self.alert.observe_panel(step, mi_lo, mi_floor)
         m["collapse/alert"] = float(evidence is not None)
         if evidence is None:
             return None
@@ -536,11 +594,12 @@ class Controller:
     def diagnose(self, eval_success: float) -> dict[str, Any]:
         """Classify the run at an evaluation; printed when the label changes."""
         from ragen2.collapse.diagnosis import DIAGNOSIS_CODES, diagnose
+        from ragen2.collapse.instrument import diagnosis_inputs
 
         h, col = self.health, self.health["collapse"]
         train = h["train_success"]
-        d = diagnose(mi=col.get("collapse/mi"), mi_null=col.get("collapse/mi_null"),
-                     log_n=col.get("collapse/log_n"), mi_bound=col.get("collapse/mi_bound"),
+        source = col if self.instrument == "first_turn" else h.get("panel_turns") or {}
+        d = diagnose(**diagnosis_inputs(self.instrument, source),
                      token_entropy=col.get("collapse/token_entropy"),
                      entropy_ref=h["entropy_ref"],
                      train_success=float(np.mean(train)) if train else None,

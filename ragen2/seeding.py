@@ -15,7 +15,7 @@ EVAL_SEED_BASE = 2**31
 PANEL_SEED_BASE = 2**31 + 2**30
 
 _GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE, _POOL, _TURN, _REQUEST = 1, 2, 3, 4, 6, 7, 8  # 5: prompt_rng
-_PANEL_SAMPLE, _PANEL_BOOT = 9, 10
+_PANEL_SAMPLE, _PANEL_BOOT, _PANEL_TURN_SAMPLE, _PANEL_PREFIX = 9, 10, 11, 12
 REQUEST_SEED_LIMIT = 2**63  # engines take 64-bit seeds: collisions among a step's requests ~1e-13
 
 
@@ -52,6 +52,17 @@ def panel_seed(index: int) -> int:
 def panel_sampling_seed(seed: int, step: int, worker: int) -> int:
     """Sampling seed of one worker's share of the probe panel's reasoning samples at ``step``."""
     return _draw(seed, _PANEL_SAMPLE, step, worker)
+
+
+def panel_turn_sampling_seed(seed: int, step: int, worker: int) -> int:
+    """Sampling seed of one worker's share of the later-turn panel's samples at ``step``."""
+    return _draw(seed, _PANEL_TURN_SAMPLE, step, worker)
+
+
+def panel_prefix_seed(env_seed: int) -> int:
+    """Seed of the random moves in the scripted opening of later-turn panel prompt ``env_seed``
+    (independent of the run seed: every run measures the same mid-episode states)."""
+    return _draw(0, _PANEL_PREFIX, env_seed)
 
 
 def panel_bootstrap_seed(seed: int, step: int) -> int:

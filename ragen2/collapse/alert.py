@@ -1,5 +1,11 @@
 """Collapse alert: the probe panel stops seeing input dependence while held-out success stalls.
 
+Which panel: the measurement of ``monitor.alert_instrument`` (:mod:`ragen2.collapse.instrument`):
+the first-turn panel (``collapse/panel/mi_lo``, ``mi_floor``) or the later-turn panel at fixed
+mid-episode states (``collapse/panel/turns/mi_lo``, ``mi_floor``); ``auto`` picks the later
+turns wherever the env has them (FrozenLake, Sokoban), since a first turn whose observation carries
+nothing the reasoning needs sits at the floor by construction and would alert on every run.
+
 Rule (``monitor.alert_patience`` = K, ``monitor.alert_min_gain`` = g):
 
 * a panel measurement is *below the floor* when its bootstrap lower bound ``mi_lo`` is at or

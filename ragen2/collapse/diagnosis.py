@@ -19,6 +19,11 @@ Criteria (thresholds in ``DiagnosisThresholds``):
     underfitting:      train_success < underfit_success AND eval_success < underfit_success.
     overfitting:       train_success - eval_success >= overfit_gap.
 
+Which MI: the trainer passes the measurement of ``monitor.alert_instrument``
+(:mod:`ragen2.collapse.instrument`): the batch monitor's first turn (``collapse/mi``, ``mi_null``,
+``mi_bound``) or the later-turn probe panel (``collapse/panel/turns/mi``, ``mi_null``,
+``mi_bound``) on multi-turn envs (``auto``), where the first turn's MI cannot move.
+
 Precedence when several hold: template_collapse > underfitting > overfitting > healthy.
 Template collapse comes first because it is the most specific finding and it explains the other
 two (input-blind reasoning generalises badly, and a collapsed policy can also fail everywhere);

@@ -19,7 +19,10 @@ cross-scores every reasoning under every panel prompt (the full (S, N) matrix), 
                                      share X): does the action follow the reasoning
                                      (:mod:`ragen2.collapse.action_mi`; ``monitor.action_mi``)
 
-so values are comparable across steps, runs and policy versions. Each measurement's samples are
+so values are comparable across steps, runs and policy versions. The same panel seeds measured
+at a later turn, after a fixed scripted opening, are ``collapse/panel/turns/*``
+(:mod:`ragen2.collapse.panel_turns`): on a layout whose first observation carries nothing the first
+reasoning needs (the default FrozenLake), only those can move. Each measurement's samples are
 written to ``RUN_DIR/panel/step_XXXXXX.jsonl`` (one record per prompt; ``ragen2-report`` shows
 them side by side).
 """
@@ -175,9 +178,11 @@ class ProbePanel:
         return out
 
 
-def write_records(run_dir: Path, step: int, records: Sequence[dict[str, Any]]) -> Path:
-    """``RUN_DIR/panel/step_XXXXXX.jsonl``, written atomically."""
-    folder = Path(run_dir) / "panel"
+def write_records(run_dir: Path, step: int, records: Sequence[dict[str, Any]],
+                  folder: str = "panel") -> Path:
+    """``RUN_DIR/<folder>/step_XXXXXX.jsonl`` (``panel``; the later-turn panel: ``panel/turns``),
+    written atomically."""
+    folder = Path(run_dir) / folder
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.jsonl"
     tmp = path.with_suffix(f".tmp-{os.getpid()}")

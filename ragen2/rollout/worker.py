@@ -76,14 +76,23 @@ class RolloutWorker:
         return trajs, stats
 
     def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,
-                evaluation: bool = False, max_turns: int | None = None) -> RolloutResult:
+                evaluation: bool = False, max_turns: int | None = None,
+                prefixes: dict[int, list[str]] | None = None) -> RolloutResult:
         """Sample episodes with the current policy, refusing to run a stale one; ``max_turns``
-        cuts them short (the probe panel needs first turns only)."""
+        cuts them short (the probe panel needs first turns only); ``prefixes`` {group id:
+        response texts} replays those first turns verbatim before the policy takes over (the
+        panel's fixed mid-episode states, :class:`ragen2.rollout.scripted.ScriptedPrefixPolicy`)."""
         if self.engine.policy_version != expected_version:
             raise StalePolicyError(f"worker {self.worker_id} holds policy version "
                                    f"{self.engine.policy_version}, step expects {expected_version}")
         params = sampling_params(self.cfg, seed, evaluation)
-        return self._run(specs, EngineTurnPolicy(self.engine, params), max_turns)
+        policy = EngineTurnPolicy(self.engine, params)
+        if prefixes:
+            from ragen2.rollout.scripted import ScriptedPrefixPolicy
+
+            policy = ScriptedPrefixPolicy(policy, self.engine.tokenizer, prefixes,
+                                          self.renderer.response_prefix)
+        return self._run(specs, policy, max_turns)
 
     def demonstrate(self, specs: Sequence[EpisodeSpec], random_action_prob: float,
                     seed: int) -> RolloutResult:

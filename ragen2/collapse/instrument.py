@@ -1,0 +1,79 @@
+"""Which MI measurement the collapse alert and the diagnosis read (``monitor.alert_instrument``).
+
+=================  ===========================================  =================================
+instrument         collapse alert (``alert.py``) reads          diagnosis (``diagnosis.py``) reads
+=================  ===========================================  =================================
+``first_turn``     ``collapse/panel/{mi_lo, mi_floor}``         ``collapse/{mi, mi_null, log_n,
+                   (first-turn probe panel)                     mi_bound}`` (the batch monitor)
+``later_turns``    ``collapse/panel/turns/{mi_lo, mi_floor}``   ``collapse/panel/turns/{mi,
+                   (fixed mid-episode states, panel_turns.py)   mi_null, log_n, mi_bound}``
+=================  ===========================================  =================================
+
+Token entropy (the other half of template collapse) is the batch monitor's
+``collapse/token_entropy`` for both. The rollback target (a checkpoint the panel measured
+``healthy``) follows the instrument too.
+
+``auto`` (the default) picks ``later_turns`` whenever the later-turn panel exists, i.e. the
+training envs' episodes go on after ``monitor.panel_prefix_turns`` scripted turns and give at least
+2 distinct mid-episode states; else ``first_turn``. The rationale: where episodes have more than
+one turn, the later turn's context holds the first observation *and* the state reached, so its
+MI can move wherever the first turn's can, and also where the first observation carries no
+information the first reasoning needs. Per env (registered defaults, ``rollout.max_turns`` of the
+presets):
+
+* FrozenLake (``ragen2/FrozenLake-v0``): later turns. Start and goal never move, so every map's
+  first reasoning is the same and the first-turn MI sits at its floor by construction.
+* Sokoban (``ragen2/Sokoban-v0``): later turns (the first turn's MI can move too: boards differ).
+* Math (``ragen2/Math-v0``): first turn. The expert answers correctly and ends the episode, and
+  the env has no ``valid_actions`` to draw a wrong move from, so no opening keeps it going; the
+  problem text is in the first observation.
+* Countdown (``ragen2/Countdown-v0``): first turn (one answer ends the episode).
+* Code (``ragen2/Code-v0``): first turn (the reference solution passes and ends the episode).
+* EchoWord (``tests.reasoning_env:EchoWord-v0``, the test env): first turn (one turn).
+* A mixture (``env.mix``): later turns when any training env gives later-turn prompts (the panel
+  then holds only those envs' prompts).
+
+An explicit ``later_turns`` without a later-turn panel is refused at start-up (the message names
+why there is none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+INSTRUMENTS = ("auto", "first_turn", "later_turns")
+
+#: instrument -> the metric prefix of the panel measurement the alert reads
+ALERT_PREFIX = {"first_turn": "collapse/panel/", "later_turns": "collapse/panel/turns/"}
+#: instrument -> the metric prefix the diagnosis reads its MI from
+DIAGNOSIS_PREFIX = {"first_turn": "collapse/", "later_turns": "collapse/panel/turns/"}
+
+
+def resolve_instrument(choice: str, later_turns_available: bool) -> str:
+    """``first_turn`` or ``later_turns`` for ``monitor.alert_instrument`` = ``choice``."""
+    if choice not in INSTRUMENTS:
+        raise ValueError(f"monitor.alert_instrument={choice!r} is invalid; allowed: "
+                         f"{', '.join(INSTRUMENTS)}")
+    if choice == "auto":
+        return "later_turns" if later_turns_available else "first_turn"
+    if choice == "later_turns" and not later_turns_available:
+        raise ValueError("monitor.alert_instrument=later_turns but there is no later-turn probe "
+                         "panel: it needs monitor.panel_size > 0, monitor.panel_prefix_turns > 0, "
+                         "rollout.max_turns > monitor.panel_prefix_turns and training envs whose "
+                         "scripted opening keeps the episode going (a demonstration() hook; "
+                         "single-turn envs have none): use auto or first_turn")
+    return choice
+
+
+def alert_inputs(instrument: str, metrics: Mapping[str, float]
+                 ) -> tuple[bool, float | None, float | None]:
+    """(measured at this step, mi_lo, mi_floor) of the alert's panel measurement in ``metrics``."""
+    p = ALERT_PREFIX[instrument]
+    return p + "n_prompts" in metrics, metrics.get(p + "mi_lo"), metrics.get(p + "mi_floor")
+
+
+def diagnosis_inputs(instrument: str, metrics: Mapping[str, float]) -> dict[str, float | None]:
+    """The ``mi``, ``mi_null``, ``log_n`` and ``mi_bound`` arguments of ``diagnose`` from the
+    newest measurement of the instrument (``metrics``: its keys with their full prefix)."""
+    p = DIAGNOSIS_PREFIX[instrument]
+    return {k: metrics.get(p + k) for k in ("mi", "mi_null", "log_n", "mi_bound")}
