@@ -7,12 +7,16 @@ hands over to the controller. The run directory is Hydra's output dir (``hydra.r
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from omegaconf import OmegaConf
 
 from ragen2.config import (Config, ConfigError, check_override_keys, config_error,
                            normalize_overrides, register_schema, to_config)
@@ -21,6 +25,36 @@ CONFIG_MODULE = "ragen2_configs"
 MIN_FREE_BYTES = 100 * 2**20  # a run directory with less free space is refused before training
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 log = logging.getLogger("ragen2")
+JOB_DIRNAME_MAX = 200  # characters; most file systems allow 255 bytes per folder name
+_UNSAFE_IN_DIRNAME = re.compile(r"[^A-Za-z0-9._,=+@-]+")
+
+
+def job_dirname(overrides: str) -> str:
+    """A sweep job's overrides (Hydra's ``hydra.job.override_dirname``) as ONE folder name.
+
+    Each run of characters other than ASCII letters, digits and ``. _ , = + @ -`` becomes one
+    ``_`` (Hydra writes ``:`` as ``\\:``): a ``/`` in a value (``model.path=/shared/models/Qwen``)
+    would nest folders, ``:`` is refused by some file systems, and quotes, spaces and brackets
+    only get in the way of a shell. A name longer than :data:`JOB_DIRNAME_MAX` is cut and ends in
+    a hash of the whole. The job number in front (``configs/config.yaml`` ``hydra.sweep.subdir``)
+    keeps job folders distinct; the exact overrides stay in each job's ``.hydra/overrides.yaml``.
+    """
+    name = _UNSAFE_IN_DIRNAME.sub("_", overrides)
+    if len(name) > JOB_DIRNAME_MAX:
+        digest = hashlib.sha256(overrides.encode()).hexdigest()[:10]
+        name = f"{name[:JOB_DIRNAME_MAX - len(digest) - 1]}-{digest}"
+    return name
+
+
+def register_resolvers() -> None:
+    """``${ragen2.job_dirname:...}`` for ``configs/config.yaml``. Registered when this module is
+    imported: Hydra resolves a sweep job's folder in the process that runs the job, which imports
+    this module to unpickle the task (joblib, submitit) or already runs it (the basic launcher)."""
+    if not OmegaConf.has_resolver("ragen2.job_dirname"):
+        OmegaConf.register_new_resolver("ragen2.job_dirname", job_dirname)
+
+
+register_resolvers()
 
 
 class RunDirError(RuntimeError):

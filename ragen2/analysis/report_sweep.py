@@ -69,7 +69,7 @@ def sweep_report(sweep: Path, jobs: list[Path], out: Path, *, group_by: str | No
     Raises:
         ValueError: a bad ``group_by`` (an empty key, or one that no job overrides).
     """
-    rows = [job_row(j) for j in jobs]
+    rows = [job_row(j, sweep) for j in jobs]
     notes = [f"job {r['job']}: {e}" for r in rows for e in r["errors"]]
     if group_by is not None:
         keys, how = arms.parse_group_by(group_by), "given"

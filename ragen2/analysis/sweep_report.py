@@ -1,9 +1,10 @@
 """``ragen2-sweep-report SWEEP_DIR``: one table row per job of a Hydra multirun sweep.
 
-A job directory is any direct subdirectory of SWEEP_DIR holding ``metrics.jsonl`` or
-``.hydra/overrides.yaml`` (its name is not relied on, except for sorting: by the leading job
-number, then by name). Per job:
-    overrides        .hydra/overrides.yaml, else the directory name without its "N_" prefix
+A job directory is any directory below SWEEP_DIR holding ``metrics.jsonl`` or
+``.hydra/overrides.yaml``, at any depth (a ``/`` in an override value nested the job folders of
+sweeps run before ``ragen2.train.job_dirname``); its path is not relied on, except for sorting: by
+the leading job number of its first folder, then by path. Per job:
+    overrides        .hydra/overrides.yaml, else the path below SWEEP_DIR without its "N_" prefix
     final success    summary.json eval_after, else the last eval/success in metrics.jsonl
     final MI         the last collapse/mi
     mean kept ratio  mean filter/kept_ratio over RL steps (step >= 1)
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -57,17 +59,25 @@ COLUMNS = (("job", "job", None), ("overrides", "overrides_text", None),
 MISSING = "—"
 
 
-def _sort_key(path: Path) -> tuple[float, str]:
-    m = _JOB_NUM.match(path.name)
-    return (int(m.group(1)) if m else math.inf, path.name)
+def _sort_key(name: str) -> tuple[float, str]:
+    m = _JOB_NUM.match(name)
+    return (int(m.group(1)) if m else math.inf, name)
+
+
+def _is_job(path: Path) -> bool:
+    return (path / "metrics.jsonl").is_file() or (path / ".hydra" / "overrides.yaml").is_file()
 
 
 def find_jobs(sweep_dir: str | Path) -> list[Path]:
-    """The job directories of a sweep, sorted by job number then name."""
-    jobs = [p for p in Path(sweep_dir).iterdir()
-            if p.is_dir() and ((p / "metrics.jsonl").is_file()
-                               or (p / ".hydra" / "overrides.yaml").is_file())]
-    return sorted(jobs, key=_sort_key)
+    """The job directories below ``sweep_dir`` at any depth (not below a job directory), sorted
+    by job number then path."""
+    root = Path(sweep_dir)
+    jobs = []
+    for here, subdirs, _ in os.walk(root):
+        if Path(here) != root and _is_job(Path(here)):
+            jobs.append(Path(here))
+            subdirs.clear()  # a job's checkpoints, samples, ... are not jobs
+    return sorted(jobs, key=lambda p: _sort_key(p.relative_to(root).as_posix()))
 
 
 def _mean(series: list[tuple[int, float]]) -> float | None:
@@ -82,18 +92,20 @@ def _final_success(metrics, summary) -> tuple[float | None, str | None]:
     return (ev[-1][1], f"eval/success at step {ev[-1][0]}") if ev else (None, None)
 
 
-def job_row(job_dir: str | Path) -> dict[str, Any]:
-    """The report row of one job; unreadable files are listed under "errors", not raised."""
+def job_row(job_dir: str | Path, sweep_dir: str | Path | None = None) -> dict[str, Any]:
+    """The report row of one job, named by its path below ``sweep_dir`` (else its folder name);
+    unreadable files are listed under "errors", not raised."""
     job = Path(job_dir)
+    name = job.relative_to(sweep_dir).as_posix() if sweep_dir is not None else job.name
     errors: list[str] = []
-    m = _JOB_NUM.match(job.name)
+    m = _JOB_NUM.match(name)
     try:
         overrides, source = load_overrides(job), ".hydra/overrides.yaml"
     except ValueError as e:
         overrides, source = None, None
         errors.append(str(e))
     if overrides is None:
-        rest = job.name[m.end():] if m else job.name
+        rest = name[m.end():] if m else name
         overrides, source = ([rest] if rest else []), "directory name"
     try:
         metrics = load_metrics(job)
@@ -111,7 +123,7 @@ def job_row(job_dir: str | Path) -> dict[str, Any]:
     mi = metric_series(metrics, "collapse/mi")
     steps = max(metrics) if metrics else (summary or {}).get("steps")
     return {
-        "job": m.group(1) if m else job.name,
+        "job": m.group(1) if m else name,
         "dir": str(job),
         "overrides": overrides,
         "overrides_source": source,
@@ -214,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         _fail(f"sweep directory {sweep} does not exist")
     jobs = find_jobs(sweep)
     if not jobs:
-        _fail(f"{sweep} has no job directories (subdirectories with metrics.jsonl or "
+        _fail(f"{sweep} has no job directories (directories below it with metrics.jsonl or "
               ".hydra/overrides.yaml)")
-    rows = [job_row(j) for j in jobs]
+    rows = [job_row(j, sweep) for j in jobs]
     for r in rows:
         for err in r["errors"]:
             print(f"{PROG}: warning: job {r['job']}: {err}", file=sys.stderr)

@@ -113,6 +113,24 @@ def test_find_jobs_ignores_plain_dirs(sweep):
     assert [p.name for p in find_jobs(sweep)] == ["0_filter.value=0.5", "1_filter.value=0.9"]
 
 
+def test_jobs_nested_by_a_slash_in_a_value_are_found_and_named_by_their_path(tmp_path, capsys):
+    """A sweep run before ragen2.train.job_dirname: Hydra made ``model.path=/shared/m/a`` folders
+    (job 0 finished, job 1 launched only); a job's own subfolders are not jobs."""
+    s = tmp_path / "multirun"
+    make_job(s, "0_model.path=/shared/m/a", JOB0, ["model.path=/shared/m/a"],
+             {"eval_after": 0.45, "steps": 2})
+    (s / "0_model.path=" / "shared" / "m" / "a" / "checkpoints" / "step_000002").mkdir(parents=True)
+    make_job(s, "1_model.path=/shared/m/b:2", None, ["model.path=/shared/m/b:2"])
+    make_job(s, "10_seed=1", JOB1)  # a flat one beside them, named by its folder only
+    assert [p.relative_to(s).as_posix() for p in find_jobs(s)] == [
+        "0_model.path=/shared/m/a", "1_model.path=/shared/m/b:2", "10_seed=1"]
+    assert main([str(s)]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")][1:]
+    assert rows == ["| 0 | model.path=/shared/m/a | 0.450 | 0.600 | 0.625 | 3.00 | 2 |",
+                    "| 1 | model.path=/shared/m/b:2 | — | — | — | — | — |",
+                    "| 10 | seed=1 | 0.700 | — | 0.417 | 1.50 | 3 |"]
+
+
 def test_empty_sweep_exits_2(tmp_path, capsys):
     (tmp_path / "logs").mkdir()
     with pytest.raises(SystemExit) as e:
