@@ -315,7 +315,7 @@ class TieredSNRConfig:
     ema: float = 0.7
     low_threshold: float = 0.5
     high_threshold: float = 0.7
-    reestimate_every: int = 100
+    reestimate_every: int = 5  # updates between threshold re-estimates (configs/filter/tiered.yaml)
     priority_ratio: float = 7.0  # sampling weight of high vs low SNR prompts
     low_weight: float = 0.5  # loss weight of low-SNR samples (attenuate)
     high_weight: float = 1.5  # loss weight of high-SNR samples (amplify, 1..2)

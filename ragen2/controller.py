@@ -696,6 +696,9 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
     """Train according to ``cfg`` in ``run_dir``; returns the summary also written to summary.json."""
     t_start = time.perf_counter()
     tr = cfg.trainer
+    from ragen2.budget import warn_budget
+
+    warn_budget(cfg)  # settings too slow to act within trainer.total_steps (logged, not refused)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint.latest(run_dir) if tr.resume else None
     if tr.resume and ckpt is None:

@@ -115,6 +115,7 @@ class FilterPipeline:
             self.tiered.update(step, [group_keys[g] for g in groups], [float(x) for x in stds],
                                [tau[g] for g in groups])
             metrics.update(self.tiered.metrics())
+            metrics.update(self.tiered.batch_grade_shares([group_keys[g] for g in groups]))
             metrics["snr/template_score_mean"] = float(np.mean([tau[g] for g in groups]))
             warning = self.tiered.diversity_warning()
             if warning and step - self._warned_at >= 25:  # repeat at most every 25 steps

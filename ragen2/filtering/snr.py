@@ -51,6 +51,9 @@ Mechanisms
   temperature is multiplied by ``perturb_temperature`` the next time prompt i is sampled, to
   shake the model out of the template (the document's "random perturbation").
 * :meth:`diversity_warning`: the document asks for an SNR std across prompts > 0.3.
+
+Reported per step: ``snr/frac_{low,medium,high}`` over the seen pool (:meth:`metrics`), and
+``snr/batch_frac_{low,medium,high}`` over the step's own groups (:meth:`batch_grade_shares`).
 """
 
 from __future__ import annotations
@@ -276,6 +279,13 @@ class TieredSNR:
             "snr/signal_mean": mean(self._signal()[seen]), "snr/noise_mean": mean(self._tau[seen]),
             "snr/signal_scale": self.signal_scale, "snr/seen_prompts": float(seen.sum()),
         }
+
+    def batch_grade_shares(self, keys: Sequence[int]) -> dict[str, float]:
+        """``snr/batch_frac_{low,medium,high}``: the share of ``keys`` (one step's groups) in each
+        grade, as their loss weights use it (``metrics`` gives the shares over the whole seen pool)."""
+        codes = self._codes()[self._keys(keys)]
+        n = max(len(codes), 1)
+        return {f"snr/batch_frac_{g}": float(np.sum(codes == i)) / n for i, g in enumerate(GRADES)}
 
     def diversity_warning(self) -> str | None:
         """A message when the SNR std over >= 4 seen prompts is < 0.3 (document 七.1), else None."""
