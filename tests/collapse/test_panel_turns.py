@@ -213,3 +213,27 @@ def test_scripted_prefix_policy_replays_the_opening_then_samples(tiny_tokenizer)
     a = trajs[0].think_spans[2][0]
     assert trajs[0].input_ids[:a] == trajs[1].input_ids[:a]  # one fixed context per prompt
     assert build_turn_panel_inputs(trajs, 2, [obs]) is None  # one prompt: nothing to measure
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["monitor.alert_instrument=turns"], "monitor.alert_instrument"),
+    (["monitor.panel_prefix_random=1.5"], "monitor.panel_prefix_random"),
+    (["monitor.panel_prefix_turns=-1"], "monitor.panel_prefix_turns"),
+    (["monitor.alert_instrument=later_turns", "monitor.panel_prefix_turns=0"],
+     "monitor.alert_instrument"),
+    (["monitor.alert_instrument=later_turns", "rollout.max_turns=2"], "monitor.alert_instrument"),
+])
+def test_bad_later_turn_settings_name_the_key(overrides, key):
+    from ragen2.config import ConfigError
+    from ragen2.train import load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides)
+    assert e.value.key == key
+
+
+def test_later_turn_defaults():
+    from ragen2.train import load_config
+
+    m = load_config([]).monitor
+    assert (m.panel_prefix_turns, m.panel_prefix_random, m.alert_instrument) == (2, 0.5, "auto")
