@@ -1,4 +1,5 @@
-"""Metric sinks: one JSON object per step in ``metrics.jsonl``, TensorBoard, W&B, console.
+"""Metric sinks: one JSON object per step in ``metrics.jsonl``, TensorBoard, W&B (:class:`WandbSink`),
+console.
 
 Keys are namespaced (``rollout/…``, ``actor/…``, ``eval/…``, ``timing/…``). On resume, rows
 after the checkpoint's step are dropped from ``metrics.jsonl`` and purged from TensorBoard, so a
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -106,17 +108,60 @@ class TensorBoardSink:
         self.writer.close()
 
 
+WANDB_ID_FILE = "wandb_run_id"
+WANDB_GROUP_MAX = 128  # characters W&B accepts in a group name
+
+
+def hydra_sweep_dir() -> str | None:
+    """The sweep folder (``hydra.sweep.dir``) when this process runs a job of a Hydra multirun."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return str(HydraConfig.get().sweep.dir)
+
+
+def wandb_run_id(run_dir: Path, resuming: bool) -> str:
+    """This run's W&B id: drawn at a fresh start and kept in ``RUN_DIR/wandb_run_id``, read back
+    when the run resumes (a resumed run with no such file, begun without W&B, gets a new one)."""
+    path = Path(run_dir) / WANDB_ID_FILE
+    if resuming and path.is_file() and (run_id := path.read_text().strip()):
+        return run_id
+    run_id = uuid.uuid4().hex
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(run_id + "\n")
+    os.replace(tmp, path)
+    return run_id
+
+
 @SINKS.register("wandb")
 class WandbSink:
+    """Weights & Biases: ``trainer.loggers=[jsonl,tensorboard,console,wandb]`` with
+    ``pip install 'ragen2[wandb]'``, into project ``trainer.wandb_project`` (default ``ragen2``).
+
+    One W&B run per ragen2 run, named after its run folder. Its id is drawn at a fresh start and
+    kept in ``RUN_DIR/wandb_run_id``, so ``trainer.resume=true`` continues that W&B run and never
+    another one: run folders repeat across sweeps (``0_filter.value=0.5``, ``HH-MM-SS``), so the
+    folder name is no id. The jobs of one Hydra multirun share a W&B group, their sweep folder.
+    W&B's own files go to ``RUN_DIR/wandb``; with ``WANDB_MODE=offline`` (a cluster without
+    internet) they stay there until ``wandb sync RUN_DIR/wandb/offline-run-*``. Unlike
+    ``metrics.jsonl``, W&B keeps what a killed run logged after its last checkpoint, and drops
+    the resumed run's rows for those steps (it refuses a step below one it has seen).
+    """
+
     def __init__(self, run_dir: Path, project: str | None = None, config: Any = None,
-                 **_: Any) -> None:
+                 resume_step: int | None = None, **_: Any) -> None:
         try:
             import wandb
         except ImportError as e:
             raise ImportError("trainer.loggers has 'wandb' but wandb is not installed: "
                               "pip install 'ragen2[wandb]'") from e
+        resuming = resume_step is not None and resume_step >= 0  # MetricsLogger: -1 = fresh
+        group = hydra_sweep_dir()
         self.run = wandb.init(project=project or "ragen2", dir=str(run_dir), config=config,
-                              resume="allow", id=Path(run_dir).name)
+                              id=wandb_run_id(run_dir, resuming), name=Path(run_dir).name,
+                              group=group[-WANDB_GROUP_MAX:] if group else None, resume="allow")
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log(dict(metrics), step=step)
