@@ -20,6 +20,9 @@ from typing import Any, Mapping, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 
+CONFIG_MODULE = "ragen2_configs"  # configs/ as installed: config.yaml and the config groups
+
+
 class ConfigError(ValueError):
     """A config value is out of range or inconsistent; the message names key, value and rule."""
 
@@ -879,8 +882,20 @@ def check_override_keys(overrides: list[str]) -> None:
                 break
         else:
             sub = None
+        if sub is not None and sub == key and _is_config_group(key):  # experiment=ragen2_sokoban
+            value = ov.split("=", 1)[1]
+            raise ConfigError(key, value, f"unknown key: {key} is a config group that "
+                              f"config.yaml's defaults do not list; add it with a '+': "
+                              f"+{key}={value}")
         if sub is not None:
             raise _unknown_key(keys, sub, ov.split("=", 1)[1])
+
+
+def _is_config_group(name: str) -> bool:
+    """Whether ``configs/<name>/`` is a config group (``experiment``), ``hydra`` aside."""
+    from importlib.resources import files
+
+    return name != "hydra" and "." not in name and files(CONFIG_MODULE).joinpath(name).is_dir()
 
 
 def _unknown_key(keys: Mapping[str, Any], key: str, value: Any) -> ConfigError:

@@ -18,10 +18,9 @@ from typing import Sequence
 
 from omegaconf import OmegaConf
 
-from ragen2.config import (Config, ConfigError, check_override_keys, config_error,
-                           normalize_overrides, register_schema, to_config)
+from ragen2.config import (CONFIG_MODULE, Config, ConfigError, check_override_keys,
+                           config_error, normalize_overrides, register_schema, to_config)
 
-CONFIG_MODULE = "ragen2_configs"
 MIN_FREE_BYTES = 100 * 2**20  # a run directory with less free space is refused before training
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 log = logging.getLogger("ragen2")

@@ -41,6 +41,16 @@ def test_unknown_key_suggests(override, key):
     assert "allowed" in str(e.value)
 
 
+@pytest.mark.parametrize("overrides", [["experiment=ragen2_sokoban"],
+                                       ["seed=1", "experiment=ragen2_sokoban"]])
+def test_an_optional_group_without_its_plus_says_to_add_one(overrides):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides)
+    assert e.value.key == "experiment"
+    assert "+experiment=ragen2_sokoban" in str(e.value)
+    assert load_config(["+experiment=ragen2_sokoban"]).env.id == "ragen2/Sokoban-v0"
+
+
 def test_free_form_kwargs_are_allowed():
     check_override_keys(["env.kwargs.anything=1", "hydra.run.dir=/tmp/x", "+foo=1", "model=tiny"])
 
