@@ -396,20 +396,19 @@ class Controller:
         if evidence is None:
             return None
         mon = self.cfg.monitor
-        print(f"[ragen2] collapse alert at step {step}: {evidence}", flush=True)
+        log.warning("collapse alert at step %d: %s", step, evidence)
         if mon.on_collapse == "stop":
             return f"collapse alert: {evidence}"
         if mon.on_collapse == "rollback":
             if step >= self.cfg.trainer.total_steps:
-                print("[ragen2] no rollback at the last step (nothing is left to train)", flush=True)
+                log.warning("no rollback at the last step (nothing is left to train)")
             elif self.rollbacks >= mon.max_rollbacks:
-                print(f"[ragen2] no rollback: monitor.max_rollbacks={mon.max_rollbacks} reached",
-                      flush=True)
+                log.warning("no rollback: monitor.max_rollbacks=%d reached", mon.max_rollbacks)
             elif (target := self.healthy_checkpoint()) is None:
-                print("[ragen2] no rollback: no kept checkpoint has a healthy panel MI "
-                      "(raise trainer.keep_checkpoints or save more often)", flush=True)
+                log.warning("no rollback: no kept checkpoint has a healthy panel MI "
+                            "(raise trainer.keep_checkpoints or save more often)")
             else:
-                print(f"[ragen2] {self.rollback(target, step)}", flush=True)
+                log.warning("%s", self.rollback(target, step))
                 m["collapse/rollback"] = 1.0
         m["collapse/rollbacks"] = float(self.rollbacks)
         return None
@@ -464,11 +463,11 @@ class Controller:
         experts = [e for e in self.train_envs if probe_env(e)]  # envs with a demonstration()
         if not experts:
             # a plain Gymnasium env (no expert to clone): RL starts from the model as it is
-            print(f"[ragen2] warm start skipped: no training env ({', '.join(e.id for e in self.train_envs)}) "
-                  "has a demonstration() hook to clone. A pretrained model needs none; the tiny "
-                  "model starts untrained and mostly writes unparsable replies at first (add a "
-                  "demonstration() hook, README 'Add an environment'; trainer.warm_start."
-                  "enabled=false silences this)", flush=True)
+            log.warning("warm start skipped: no training env (%s) has a demonstration() hook to "
+                        "clone. A pretrained model needs none; the tiny model starts untrained and "
+                        "mostly writes unparsable replies at first (add a demonstration() hook, "
+                        "README 'Add an environment'; trainer.warm_start.enabled=false silences "
+                        "this)", ", ".join(e.id for e in self.train_envs))
             self.learners.call("finish_warm_start")
             return {"warm_start/skipped": 1.0, "timing/warm_start_s": time.perf_counter() - t0}
         cache = Path(self.cfg.model.cache_dir or default_cache_root()) / "warm_start" / self.warm_start_key()
@@ -476,7 +475,7 @@ class Controller:
             self.learners.call("load_policy", str(cache / "policy.pt"))
             m = json.loads((cache / "metrics.json").read_text())
             m["warm_start/cached"] = 1.0
-            print(f"[ragen2] warm start loaded from cache {cache}", flush=True)
+            log.info("warm start loaded from cache %s", cache)
         else:
             m = self._behaviour_clone(experts)
             if ws.cache:
@@ -605,7 +604,7 @@ class Controller:
                      train_success=float(np.mean(train)) if train else None,
                      eval_success=eval_success)
         if d.label != h["label"]:
-            print(f"[ragen2] diagnosis: {d.label}: {d.evidence}", flush=True)
+            log.info("diagnosis: %s: %s", d.label, d.evidence)
             h["label"] = d.label
         return {"collapse/diagnosis": float(DIAGNOSIS_CODES[d.label])}
 
@@ -730,8 +729,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             row.update(ctl.evaluate(0))
             ctl.record_eval(0, row["eval/success"])
             state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
-            print(f"[ragen2] held-out success before RL: {row['eval/success']:.3f} "
-                  f"({tr.eval_episodes} episodes)", flush=True)
+            log.info("held-out success before RL: %.3f (%d episodes)", row["eval/success"],
+                     tr.eval_episodes)
             if ctl.panel_due(0):
                 row.update(ctl.measure_panel(0))
                 ctl.check_collapse(0, row)
@@ -774,6 +773,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             scheduled = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
             if scheduled or stop_reason:  # (a run that stops early is measured where it ended)
                 m.update(ctl.evaluate(step))
+                log.info("step %d: held-out success %.3f (%d episodes)", step, m["eval/success"],
+                         tr.eval_episodes)
                 m.update(ctl.diagnose(m["eval/success"]))
                 if tr.eval_every and step % tr.eval_every == 0:  # the periodic ones only: an
                     ctl.record_eval(step, m["eval/success"])  # end-of-segment one would break resume
@@ -800,7 +801,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                 ctl.save(step, state)
                 save_pending = False
             if stop_reason:
-                print(f"[ragen2] early stop at step {step}: {stop_reason}", flush=True)
+                log.info("early stop at step %d: %s", step, stop_reason)
                 break
             if stop_signal.received and step < tr.total_steps:
                 raise stop_signal.preempted(preempted_message(stop_signal.name, step, run_dir))
@@ -813,9 +814,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
                    "wall_s": time.perf_counter() - t_start, "early_stop": stop_reason}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         if summary["eval_after"] is not None:
-            print(f"[ragen2] held-out success before RL: {summary['eval_before']:.3f}  "
-                  f"after RL: {summary['eval_after']:.3f}  ({tr.eval_episodes} episodes, "
-                  f"seed {cfg.seed})", flush=True)
+            log.info("held-out success before RL: %.3f  after RL: %.3f  (%d episodes, seed %d)",
+                     summary["eval_before"], summary["eval_after"], tr.eval_episodes, cfg.seed)
         return summary
     finally:
         stop_signal.__exit__()

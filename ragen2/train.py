@@ -138,25 +138,27 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
     """Validate the run dir, env and model, then run training in ``run_dir`` (usable without Hydra)."""
     from ragen2.controller import run
     from ragen2.rollout.envs import all_entries, probe_env
+    from ragen2.runlog import run_log
 
     from ragen2.cluster import (check_hardware, check_hardware_on_cluster, cluster_nodes,
                                 plan_placement)
     from ragen2.cluster.preflight import check_model_on_nodes
 
     check_run_dir(run_dir)  # before Ray or any model: a bad run dir fails in a second
-    for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
-        probe_env(entry)
-    if cfg.cluster.address is None:
-        check_hardware(cfg)  # a local Ray: every actor runs on this machine
-    model_path = resolve_model_path(cfg)
-    check_chat_template(cfg, model_path)  # before Ray: a template it cannot render fails in seconds
-    ensure_ray(cfg)
-    if cfg.cluster.device == "cuda":
-        plan_placement(cfg, cluster_nodes())  # refuse a layout the cluster cannot hold, now
-    if cfg.cluster.address is not None:
-        check_hardware_on_cluster(cfg)  # the driver may sit on a CPU-only head node
-    check_model_on_nodes(cfg, model_path)  # every node that loads the model can read it
-    return run(cfg, Path(run_dir), model_path)
+    with run_log(run_dir):  # RUN_DIR/train.log and the console, as Hydra's job logging does
+        for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
+            probe_env(entry)
+        if cfg.cluster.address is None:
+            check_hardware(cfg)  # a local Ray: every actor runs on this machine
+        model_path = resolve_model_path(cfg)
+        check_chat_template(cfg, model_path)  # before Ray: a template it cannot render fails fast
+        ensure_ray(cfg)
+        if cfg.cluster.device == "cuda":
+            plan_placement(cfg, cluster_nodes())  # refuse a layout the cluster cannot hold, now
+        if cfg.cluster.address is not None:
+            check_hardware_on_cluster(cfg)  # the driver may sit on a CPU-only head node
+        check_model_on_nodes(cfg, model_path)  # every node that loads the model can read it
+        return run(cfg, Path(run_dir), model_path)
 
 
 def check_chat_template(cfg: Config, model_path: str) -> None:

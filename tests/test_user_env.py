@@ -63,5 +63,8 @@ def test_a_plain_gymnasium_env_trains_without_a_warm_start(ray_session, tiny_mod
     r = rows(tmp_path)
     assert r[0]["warm_start/skipped"] == 1.0 and "warm_start/loss" not in r[0]
     assert "actor/loss" in r[1] and r[1]["rollout/num_turns_mean"] == 1.0
-    assert "warm start skipped: no training env (tests.plain_env:PlainGuess-v0) has a " \
-           "demonstration() hook" in capfd.readouterr().out
+    skipped = ("warm start skipped: no training env (tests.plain_env:PlainGuess-v0) has a "
+               "demonstration() hook")
+    assert skipped in capfd.readouterr().out
+    log = (tmp_path / "train.log").read_text()  # an in-process run has its train.log too
+    assert skipped in log and "held-out success before RL" in log and "after RL" in log
