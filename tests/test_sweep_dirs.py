@@ -52,7 +52,8 @@ def test_the_config_names_each_sweep_job_one_folder():
 
 def test_a_multirun_over_a_path_lands_one_folder_per_job(tmp_path):
     """The README's sweep shape (``model.path=/shared/...`` in a multirun), typed: the job's folder
-    sits right under the sweep folder. The env module ends the process in job 0's env check."""
+    sits right under the sweep folder. No run: the env module ends the process in job 0's env
+    check, once Hydra has made the job's folder."""
     (tmp_path / "stop_on_import.py").write_text("import os\nos._exit(0)\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(Path(sys.executable).parent / "ragen2-train"), "-m",

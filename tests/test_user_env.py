@@ -27,8 +27,8 @@ def _as_typed(folder: Path, *overrides: str, timeout: float) -> subprocess.Compl
 
 
 def test_the_console_script_imports_the_users_module_from_the_working_dir(tmp_path):
-    """The env check imports ``env.id``'s module from the folder the command runs in (the
-    module ends the process once imported: nothing trains)."""
+    """The env check imports ``env.id``'s module from the folder the command runs in. No run: the
+    module ends the process once imported."""
     (tmp_path / "stop_on_import.py").write_text("import os\nos._exit(42)\n")
     r = _as_typed(tmp_path, "env.id=stop_on_import:Stop-v0", f"hydra.run.dir={tmp_path / 'run'}",
                   timeout=120)
@@ -37,7 +37,8 @@ def test_the_console_script_imports_the_users_module_from_the_working_dir(tmp_pa
 
 @pytest.mark.e2e
 def test_example_env_trains_two_steps_with_the_readme_command(tmp_path):
-    """README "Add an environment": a copy of examples/corridor_env.py in the user's folder."""
+    """README "Add an environment": a copy of examples/corridor_env.py in the user's folder. Own
+    run: the user's command as typed (the console script, no PYTHONPATH), which no shared run is."""
     shutil.copy(EXAMPLES / "corridor_env.py", tmp_path)
     r = _as_typed(tmp_path, "env.id=corridor_env:Corridor-v0",
                   "trainer.total_steps=2", "rollout.env_groups=2", "rollout.group_size=2",
@@ -54,7 +55,8 @@ def test_example_env_trains_two_steps_with_the_readme_command(tmp_path):
 def test_a_plain_gymnasium_env_trains_without_a_warm_start(ray_session, tiny_model_path, tmp_path,
                                                            capfd):
     """No demonstration() hook: the default warm start is skipped with one line saying so, and RL
-    runs (a pretrained model needs no warm start; the tiny model learns from scratch)."""
+    runs (a pretrained model needs no warm start; the tiny model learns from scratch). Own run:
+    no shared run has an env without a demonstration() hook."""
     from ragen2.train import load_config, train
     from tests.test_e2e import ONE_RANK, rows, small
 
