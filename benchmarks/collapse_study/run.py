@@ -13,7 +13,8 @@ Every run is ``ragen2-train`` from the default job's cached warm start, for ``--
 held-out success every ``eval_every`` steps on ``eval_episodes`` held-out seeds, the MI monitor
 every 5 steps (so every evaluation step has both), each step's batch saved. Then
 :mod:`ragen2.analysis.study` writes ``results.json`` (per-run rows, per-arm means, Spearman
-correlations, a headline), ``curves.png``, ``scatter.png`` and ``examples.md`` to ``--out``.
+correlations per run summarised over runs, arm differences against ``none`` with bootstrap
+intervals over seeds, a headline), ``curves.png``, ``scatter.png`` and ``examples.md`` to ``--out``.
 
 Usage::
 
@@ -85,17 +86,21 @@ def fmt(v: float | None, digits: int = 3) -> str:
 def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None = None) -> str:
     from ragen2.analysis.study import series
 
-    def rho(c: dict) -> str:
-        return "n/a" if c["rho"] is None else f"{c['rho']:+.2f} (n={c['n']}, p={c['p']:.2g})"
+    def rho(c: dict) -> str:  # the median of the per-run rhos, its bootstrap interval over runs
+        if c["rho"] is None:
+            return "n/a"
+        ci = "" if c["lo"] is None else f" [{c['lo']:+.2f}, {c['hi']:+.2f}]"
+        return f"{c['rho']:+.2f}{ci} (median over {c['runs']} runs)"
 
     def both(cs: dict) -> str:
         return f"MI {rho(cs['mi_vs_success'])}, token entropy {rho(cs['entropy_vs_success'])}"
 
     if corr_default:
-        parts = [f"Spearman vs held-out success, {'/'.join(DEFAULT_ARMS)} runs: {both(corr_default)}",
+        parts = [f"per-run Spearman vs held-out success, {'/'.join(DEFAULT_ARMS)} runs: "
+                 f"{both(corr_default)}",
                  f"all runs: {both(corr)}"]
     else:
-        parts = [f"Spearman vs held-out success: {both(corr)}"]
+        parts = [f"per-run Spearman vs held-out success: {both(corr)}"]
     mi = [abs(v) for m in metrics.values() for _, v in series(m, "mi")]
     bound = [row["collapse/log_n"] for m in metrics.values() for row in m.values()
              if isinstance(row.get("collapse/log_n"), (int, float))]
@@ -134,12 +139,15 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     default = {k: m for k, m in metrics.items() if k[0] in DEFAULT_ARMS}
     corr_default = study.correlations(default) if default and len(default) < len(metrics) else None
     table = study.arm_table([r for r in rows if r["returncode"] == 0])
+    # arm minus none, mean over seeds, with a bootstrap interval over the runs (seeds)
+    diffs = study.arm_differences([r for r in rows if r["returncode"] == 0 and "arm" in r], "none")
     plots = study.write_plots(metrics, corr, out) if metrics else []
     result = {"settings": settings, "machine": {"python": platform.python_version(),
                                                 "cpus": os.cpu_count()},
               "runs": rows, "arms": table, "spearman": corr,
               **({"spearman_default_arms": corr_default} if corr_default else {}),
-              "spearman_by_arm": by_arm, "headline": headline(table, corr, metrics, corr_default),
+              "spearman_by_arm": by_arm, "arm_differences_vs_none": diffs,
+              "headline": headline(table, corr, metrics, corr_default),
               "plots": [p.name for p in plots]}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     write_examples(out, rows, dirs)

@@ -5,7 +5,7 @@ not override a key has the value "(default)" there); the other overrides (the se
 tell the arm's jobs apart. An arm's label is ``key=value`` per group-by key, space-separated.
 From there everything is ``ragen2.analysis.study`` over ``{(arm, job name): metrics}``: the per
 job rows (``run_summary``), per arm mean / std / min / max over its jobs (``arm_table``), the
-curves per arm and the Spearman correlations pooled over all jobs (``correlations``).
+curves per arm and the per-job Spearman correlations summarised over jobs (``correlations``).
 
 Override syntax: ``key=value`` with an optional leading ``+``, ``++`` or ``~`` (add, force,
 delete), which is not part of the key; ``~key`` alone deletes the key (value "(deleted)").

@@ -4,7 +4,7 @@ Jobs are ``sweep_report.find_jobs`` (``MULTIRUN_DIR/0``, ``/1``, ... with ``.hyd
 and ``metrics.jsonl``); they are grouped into arms by ``ragen2.analysis.arms`` (``--group-by``
 keys, by default every swept key but ``seed``). The page: per arm mean ± std (min–max) over its
 jobs of ``arms.ARM_KEYS``; the arms' curves overlaid (mean line, min–max band) and the scatter of
-MI / token entropy against held-out success; the Spearman correlations over the points of all
+MI / token entropy against held-out success; the Spearman correlations per job, summarised over
 jobs (``study.correlations``); one row per job linking its own run page, which is written to
 ``JOB/report.html`` unless ``job_reports=False``.
 """
@@ -38,11 +38,13 @@ def _correlations_table(corr) -> str:
     for name in names:
         x, y = study.CORRELATIONS[name]
         c = corr[name]
+        ci = "—" if c["lo"] is None else f"{fmt(c['lo'])} – {fmt(c['hi'])}"
         rows.append([esc(arms.CORRELATION_TITLES.get(name, name)),
                      f"<code>{esc(study.SERIES[x])}</code>", f"<code>{esc(study.SERIES[y])}</code>",
-                     fmt(c["rho"]), fmt(c["p"]), str(c["n"])])
-    return table(["correlation", "x", "y", "Spearman rho", "p", "points"], rows, id="correlations",
-                 numeric=[False, False, False, True, True, True])
+                     fmt(c["rho"]), esc(ci), str(c["runs"]), str(c["n"])])
+    return table(["correlation", "x", "y", "median per-run Spearman rho", "95% interval over runs",
+                  "runs", "points"], rows, id="correlations",
+                 numeric=[False, False, False, True, True, True, True])
 
 
 def _job_reports(rows, out: Path, notes: list[str], **kw) -> dict[str, str]:
@@ -91,8 +93,10 @@ def sweep_report(sweep: Path, jobs: list[Path], out: Path, *, group_by: str | No
         body.append("<h2>Curves per arm</h2><figure class=\"wide\" id=\"fig-sweep-curves\">"
                     + png_img(png_bytes(study.curves_figure(summary["metrics"]), dpi=70),
                               "curves per arm") + "</figure>")
-        body.append("<h2>Correlations</h2><p>Spearman's rho over the (step, job) points where both "
-                    "were logged, pooled over all jobs.</p>" + _correlations_table(summary["correlations"])
+        body.append("<h2>Correlations</h2><p>Spearman's rho within each job, over its steps where "
+                    "both were logged; the median over jobs with a 95% bootstrap interval over "
+                    "jobs (points of several jobs are never pooled).</p>"
+                    + _correlations_table(summary["correlations"])
                     + "<figure id=\"fig-sweep-scatter\">"
                     + png_img(png_bytes(study.scatter_figure(summary["metrics"], summary["correlations"])),
                               "MI and entropy against success") + "</figure>")

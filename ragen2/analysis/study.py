@@ -6,12 +6,18 @@ Input: ``{(arm, seed): run_dir}``, each a ragen2 run directory (``metrics.jsonl`
 ``benchmarks/collapse_study``, and on any Hydra multirun folder through ``ragen2.analysis.arms``
 (``ragen2-sweep-report --group-by``, ``ragen2-report MULTIRUN_DIR``).
 
-Correlations are Spearman's rho (average ranks for ties; the p-value from ``scipy.stats.spearmanr``
-where scipy is installed, else None) over *pooled points*: one point per
-(run, step) where both metrics were logged -- held-out success exists at evaluation steps, the
-collapse metrics at monitor steps, so held-out pairs come from steps that are both (set
-``trainer.eval_every`` to a multiple of ``monitor.every``). Pooled across runs, a correlation
-also reflects differences between runs, which is what "does the metric track success" asks.
+The unit of replication is the run (:mod:`ragen2.analysis.run_stats`). A correlation is Spearman's
+rho (average ranks for ties) computed **per run**, over that run's steps where both metrics were
+logged -- held-out success exists at evaluation steps, the collapse metrics at monitor steps, so
+held-out pairs come from steps that are both (set ``trainer.eval_every`` to a multiple of
+``monitor.every``; a run with fewer than 3 such steps has no rho) -- and summarised over runs:
+the median rho with a seeded 95% bootstrap interval over runs (:func:`correlations`). Points of
+several runs are never pooled into one test. Arm differences (final success, success gain, final
+MI, ...) are differences of arm means over seeds with a bootstrap interval over the runs
+(:func:`arm_differences`).
+
+MI curves show the estimate's bound (log of the distinct prompts, ``*mi_bound``) and its floor
+(the permutation null's 95th percentile, ``*mi_floor``) on a y-range that holds all three.
 """
 
 from __future__ import annotations
@@ -24,16 +30,22 @@ from typing import Any
 
 from ragen2.analysis.rollouts import load_metrics, load_rollouts, load_summary
 
-__all__ = ["CORRELATIONS", "SERIES", "arm_table", "band", "correlations", "curves_figure",
-           "load_study", "load_summaries", "merge_runs", "paired", "reasoning_examples",
-           "run_summary", "scatter_figure", "series", "spearman", "write_plots"]
+__all__ = ["ARM_DIFF_KEYS", "CORRELATIONS", "SERIES", "arm_differences", "arm_table", "band",
+           "correlations", "curves_figure", "load_study", "load_summaries", "merge_runs",
+           "mi_ylim", "paired", "per_run_correlations", "reasoning_examples", "run_summary",
+           "scatter_figure", "series", "spearman", "write_plots"]
 
 #: short name -> metrics.jsonl key of the per-step series the study reports
 SERIES = {
     "success": "eval/success",  # held-out, at evaluation steps
     "train_success": "rollout/success",
     "mi": "collapse/mi",
-    "mi_null": "collapse/mi_null",  # the permutation floor of the MI estimate
+    "mi_null": "collapse/mi_null",  # the mean of the MI estimate's permutation null
+    "mi_floor": "collapse/mi_floor",  # its 95th percentile: the floor
+    "mi_bound": "collapse/mi_bound",  # log of the distinct prompts: the ceiling
+    "panel_turns_mi": "collapse/panel/turns/mi",  # the later-turn probe panel (fixed states)
+    "panel_turns_mi_floor": "collapse/panel/turns/mi_floor",
+    "panel_turns_mi_bound": "collapse/panel/turns/mi_bound",
     "retrieval_acc": "collapse/retrieval_acc@1",
     "h_cond": "collapse/h_cond",
     "token_entropy": "collapse/token_entropy",
@@ -90,6 +102,7 @@ def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, A
            "initial_success": success[0][1] if success else None,
            "final_success": success[-1][1] if success else None,
            "final_mi": last("mi"), "final_mi_null": last("mi_null"),
+           "final_mi_floor": last("mi_floor"), "final_panel_turns_mi": last("panel_turns_mi"),
            "final_retrieval_acc": last("retrieval_acc"),
            "final_reasoning_tokens": last("reasoning_tokens"),
            "final_h_cond": last("h_cond"), "final_token_entropy": last("token_entropy"),
@@ -97,6 +110,9 @@ def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, A
            "mean_step_s": mean_rl("step_s"), "steps": max(metrics) if metrics else 0}
     if summary and isinstance(summary.get("eval_after"), (int, float)):
         row["final_success"] = float(summary["eval_after"])
+    row["success_gain"] = (row["final_success"] - row["initial_success"]
+                           if row["final_success"] is not None and row["initial_success"] is not None
+                           else None)
     return row
 
 
@@ -144,10 +160,55 @@ def spearman(points: list[tuple[float, float]]) -> dict[str, float | int | None]
     return {"rho": max(-1.0, min(1.0, rho)), "p": p, "n": n}
 
 
-def correlations(study: dict[RunKey, Metrics]) -> dict[str, dict[str, float | int | None]]:
-    """Every :data:`CORRELATIONS` entry over the points pooled from all runs."""
-    return {name: spearman([p for m in study.values() for p in paired(m, x, y)])
-            for name, (x, y) in CORRELATIONS.items()}
+def per_run_correlations(study: dict[RunKey, Metrics], x: str, y: str) -> list[dict[str, Any]]:
+    """Spearman of series ``x`` against ``y`` within each run: ``{"arm", "seed", "rho", "n"}``
+    per run, in the study's order (rho None below 3 paired steps or for a constant side)."""
+    out = []
+    for (arm, seed), m in study.items():
+        r = spearman(paired(m, x, y))
+        out.append({"arm": arm, "seed": seed, "rho": r["rho"], "n": r["n"]})
+    return out
+
+
+def correlations(study: dict[RunKey, Metrics], resamples: int = 2000, seed: int = 0
+                 ) -> dict[str, dict[str, Any]]:
+    """Every :data:`CORRELATIONS` entry, per run and summarised over runs:
+    ``{"rho": median of the per-run rhos, "lo", "hi": 95% bootstrap interval of that median over
+    runs (None below 2 runs with a rho), "runs": runs with a rho, "n": paired steps over all runs,
+    "per_run": per_run_correlations(...)}``; rho None when no run has one."""
+    from ragen2.analysis.run_stats import summarise_over_runs
+
+    out = {}
+    for name, (x, y) in CORRELATIONS.items():
+        runs = per_run_correlations(study, x, y)
+        s = summarise_over_runs([r["rho"] for r in runs], resamples=resamples, seed=seed)
+        out[name] = {"rho": s["median"], "lo": s["lo"], "hi": s["hi"], "runs": s["runs"],
+                     "n": sum(r["n"] for r in runs), "per_run": runs}
+    return out
+
+
+#: the run-row keys :func:`arm_differences` compares between arms
+ARM_DIFF_KEYS = ("final_success", "success_gain", "final_mi", "final_retrieval_acc",
+                 "final_panel_turns_mi")
+
+
+def arm_differences(rows: list[dict[str, Any]], baseline: str, keys: tuple[str, ...] = ARM_DIFF_KEYS,
+                    statistic: str = "mean", resamples: int = 2000, seed: int = 0
+                    ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per arm other than ``baseline`` and per key: ``run_stats.arm_difference`` of the arm's
+    runs (seeds) against the baseline's, ``{"diff", "a", "b", "lo", "hi", "n_a", "n_b",
+    "statistic"}``; {} when no row belongs to ``baseline``."""
+    from ragen2.analysis.run_stats import arm_difference
+
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    if baseline not in arms:
+        return {}
+    base = [r for r in rows if r["arm"] == baseline]
+    return {arm: {k: arm_difference([r.get(k) for r in rows if r["arm"] == arm],
+                                    [r.get(k) for r in base], statistic=statistic,
+                                    resamples=resamples, seed=seed)
+                  for k in keys}
+            for arm in arms if arm != baseline}
 
 
 #: the run-row keys :func:`arm_table` summarises by default
@@ -180,6 +241,7 @@ def band(study: dict[RunKey, Metrics], arm: str, name: str
 
 
 CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
+                ("panel_turns_mi", "MI at later turns, fixed panel (nats)"),
                 ("retrieval_acc", "retrieval acc@1"), ("token_entropy", "token entropy (nats)"),
                 ("reward_spread", "group reward std"), ("kept_ratio", "kept ratio"),
                 ("train_success", "training success"), ("h_cond", "conditional entropy H(Z|X)"),
@@ -187,26 +249,59 @@ CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
                 ("format_errors", "format error rate (training)"))
 
 
+#: MI series -> (its floor series, its bound series)
+MI_PANELS = {"mi": ("mi_floor", "mi_bound"),
+             "panel_turns_mi": ("panel_turns_mi_floor", "panel_turns_mi_bound")}
+
+
+def mi_ylim(values: list[float]) -> tuple[float, float]:
+    """A y-range holding 0 and every value (the curve, its floor, its bound), 5% padding."""
+    lo, hi = min([0.0, *values]), max([0.0, *values])
+    pad = 0.05 * (hi - lo) if hi > lo else 0.05
+    return lo - pad, hi + pad
+
+
+def _bound_line(study: dict[RunKey, Metrics], name: str) -> tuple[list[int], list[float]]:
+    """Steps and the largest bound any run logged there (the bound depends on the prompts only)."""
+    per_step: dict[int, float] = {}
+    for m in study.values():
+        for step, v in series(m, name):
+            per_step[step] = max(v, per_step.get(step, v))
+    steps = sorted(per_step)
+    return steps, [per_step[t] for t in steps]
+
+
 def curves_figure(study: dict[RunKey, Metrics]):
     """Every :data:`CURVE_PANELS` series over steps, per arm: the mean over its runs, band =
-    min..max (at the steps every run of the arm logged); a ``matplotlib.figure.Figure``."""
+    min..max (at the steps every run of the arm logged); a ``matplotlib.figure.Figure``. MI
+    panels also draw each arm's floor (the permutation null's 95th percentile, dotted, gid
+    ``floor:ARM``) and the bound log(distinct prompts) (grey dashed, gid ``bound``), on a y-range
+    holding both (:func:`mi_ylim`)."""
     from matplotlib.figure import Figure
 
     arms = list(dict.fromkeys(a for a, _ in study))
     fig = Figure(figsize=(19, 11), layout="tight")
     axes = fig.subplots(3, 4)
     for ax, (name, title) in zip(axes.flat, CURVE_PANELS):
+        shown: list[float] = []
         for i, arm in enumerate(arms):
             steps, mean, lo, hi = band(study, arm, name)
             if steps:
                 ax.plot(steps, mean, marker="o", ms=3, label=arm, color=f"C{i}")
                 ax.fill_between(steps, lo, hi, alpha=0.2, color=f"C{i}")
-            if name == "mi":  # the permutation floor: MI below it is indistinguishable from 0
-                steps, mean, _, _ = band(study, arm, "mi_null")
+                shown += lo + hi
+            if name in MI_PANELS:  # MI at or under the floor is indistinguishable from chance
+                steps, mean, _, _ = band(study, arm, MI_PANELS[name][0])
                 if steps:
-                    ax.plot(steps, mean, ls=":", color=f"C{i}")
-        if name == "mi":
-            title += " (dotted: permutation floor)"
+                    ax.plot(steps, mean, ls=":", color=f"C{i}", gid=f"floor:{arm}")
+                    shown += mean
+        if name in MI_PANELS:
+            steps, bound = _bound_line(study, MI_PANELS[name][1])
+            if steps:
+                ax.plot(steps, bound, ls="--", color="0.5", gid="bound")
+            if shown or bound:
+                ax.set_ylim(*mi_ylim(shown + bound))
+            title += "\n(dotted: floor, null q95; grey dashed: bound log N)"
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -218,8 +313,9 @@ def curves_figure(study: dict[RunKey, Metrics]):
 
 
 def scatter_figure(study: dict[RunKey, Metrics], corr: dict[str, dict[str, Any]]):
-    """MI and token entropy against held-out success, every pooled point, coloured by arm, with
-    the Spearman rho of ``corr`` in the titles; a ``matplotlib.figure.Figure``."""
+    """MI and token entropy against held-out success, every run's points, coloured by arm, with
+    the median per-run Spearman rho of ``corr`` and its interval over runs in the titles; a
+    ``matplotlib.figure.Figure``."""
     from matplotlib.figure import Figure
 
     arms = list(dict.fromkeys(a for a, _ in study))
@@ -233,7 +329,10 @@ def scatter_figure(study: dict[RunKey, Metrics], corr: dict[str, dict[str, Any]]
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, label=arm, color=f"C{i}")
         c = corr.get(name, {})
         rho = "n/a" if c.get("rho") is None else f"{c['rho']:+.2f}"
-        ax.set_title(f"{label} vs held-out success\nSpearman {rho} over all runs (n={c.get('n', 0)})")
+        if c.get("lo") is not None:
+            rho += f" [{c['lo']:+.2f}, {c['hi']:+.2f}]"
+        ax.set_title(f"{label} vs held-out success\nmedian per-run Spearman {rho} "
+                     f"over {c.get('runs', 0)} runs")
         ax.set_xlabel(label)
         ax.set_ylabel("held-out success")
         ax.grid(alpha=0.3)

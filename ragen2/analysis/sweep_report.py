@@ -17,7 +17,7 @@ A job with a corrupt file keeps its row ("—" where unreadable) and gets a warn
 ``--group-by KEY[,KEY...]`` (swept override keys, e.g. ``filter.value``; ``ragen2.analysis.arms``):
 jobs with the same values of those keys form an arm; per arm, mean ± std (min–max) over its jobs
 (the seeds) of final success, final MI, final retrieval@1, final token entropy, mean kept ratio,
-mean reward spread and mean step time; the Spearman correlations of ``ragen2.analysis.study``
+mean reward spread and mean step time; the per-run Spearman correlations of ``ragen2.analysis.study``
 (MI vs held-out success, token entropy vs held-out success, ...) over the points of all jobs.
 Added to sweep_report.md / .json and printed; ``sweep_curves.png`` overlays the arms' curves
 (mean line, min–max band) and ``sweep_scatter.png`` shows the correlated points.
@@ -167,12 +167,15 @@ def arms_markdown(summary: dict[str, Any], jobs: dict[str, int]) -> str:
 
 
 def correlations_markdown(corr: dict[str, dict[str, Any]]) -> str:
-    """One markdown row per correlation of ``study.CORRELATIONS``: rho, p and the point count."""
-    lines = ["| correlation | x | y | Spearman rho | p | points |", "|---|---|---|---:|---:|---:|"]
+    """One markdown row per correlation of ``study.CORRELATIONS``: the median per-run rho, its
+    95% bootstrap interval over runs, the runs with a rho and the paired steps of all runs."""
+    lines = ["| correlation | x | y | median per-run Spearman rho | 95% interval over runs | runs "
+             "| points |", "|---|---|---|---:|---:|---:|---:|"]
     for name, (x, y) in study.CORRELATIONS.items():
         c = corr[name]
+        ci = "—" if c["lo"] is None else f"{c['lo']:.3f} – {c['hi']:.3f}"
         lines.append(f"| {name} | {study.SERIES[x]} | {study.SERIES[y]} | {_cell(c['rho'], 3)} "
-                     f"| {_cell(c['p'], 3)} | {c['n']} |")
+                     f"| {ci} | {c['runs']} | {c['n']} |")
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ prompt followed by the sampled ``<think>``) and one continuation per episode (it
 reasoning, tags excluded, as the sampled token ids), asks a scorer for log p(z_s | x_j) over an (S, K) column
 plan (every prompt, or the owner plus ``max_negatives`` sampled ones), and turns the matrix into
 ``collapse/*`` metrics with :func:`ragen2.collapse.mutual_information` (sums of token logprobs, the
-SPEC's definition) plus a per-token-mean variant and a permutation null.
+SPEC's definition) plus a per-token-mean variant and a permutation null (``mi_null`` its mean,
+``mi_floor`` its 95th percentile, ``mi_p_value``; on the full matrix only).
 
 With ``action_mi`` it also asks whether the first turn's action follows its reasoning,
 I(A; Z | X) under ``collapse/action/*`` (:mod:`ragen2.collapse.action_mi`): every answer scored
@@ -194,6 +195,7 @@ class MIMonitor:
         out["mi_token_mean"] = float(mean["mi"])
         if null is not None:
             out["mi_null"] = float(null["mi_null"])
+            out["mi_floor"] = float(null["mi_null_q95"])  # the null's 95th percentile
             out["mi_p_value"] = float(null["p_value"])
         return out
 

@@ -48,16 +48,59 @@ def test_spearman_by_hand():
     assert study.spearman([(1, 5), (2, 5), (3, 5)])["rho"] is None  # constant side
 
 
-def test_correlations_pool_points_of_all_runs():
-    run_b = {2: {"eval/success": 0.1, "collapse/mi": 0.2, "collapse/token_entropy": 1.5},
-             4: {"eval/success": 0.6, "collapse/mi": 0.9, "collapse/token_entropy": 1.2}}
-    corr = study.correlations({("none", 0): RUN_A, ("top_p", 0): run_b})
-    # pooled (mi, success): (0.7, 0.3), (0.2, 0.1), (0.9, 0.6) -> same order: rho 1
-    assert corr["mi_vs_success"]["rho"] == pytest.approx(1.0) and corr["mi_vs_success"]["n"] == 3
-    # (entropy, success): (0.9, 0.3), (1.5, 0.1), (1.2, 0.6): ranks x 1 3 2, y 2 1 3
-    # sum d^2 = 1 + 4 + 1 = 6 -> rho = 1 - 36 / 24 = -0.5
-    assert corr["entropy_vs_success"]["rho"] == pytest.approx(-0.5)
-    assert corr["retrieval_vs_success"] == {"rho": None, "p": None, "n": 0}
+def _run(points):
+    """A run with (mi, entropy, success) at steps 1, 2, ...: monitor and evaluation together."""
+    return {i + 1: {"collapse/mi": m, "collapse/token_entropy": e, "eval/success": s}
+            for i, (m, e, s) in enumerate(points)}
+
+
+def test_correlations_are_per_run_then_summarised_over_runs():
+    from scipy.stats import spearmanr
+
+    runs = {("none", 0): _run([(0.1, 1.0, 0.1), (0.2, 0.9, 0.2), (0.3, 0.8, 0.4), (0.4, 0.7, 0.3)]),
+            ("none", 1): _run([(0.5, 1.0, 0.9), (0.6, 1.1, 0.1), (0.7, 1.2, 0.5)]),
+            ("top_p", 0): _run([(0.9, 1.0, 0.2), (0.8, 1.0, 0.3), (0.7, 1.0, 0.4)]),
+            ("top_p", 1): {1: {"collapse/mi": 0.5, "eval/success": 0.2}}}  # one point: no rho
+    corr = study.correlations(runs)
+    c = corr["mi_vs_success"]
+    # per run, by hand: run 0 ranks x 1 2 3 4, y 1 2 4 3 -> 1 - 6 * 2 / 60 = 0.8;
+    # run 1: x 1 2 3, y 3 1 2 -> 1 - 6 * 6 / 24 = -0.5; run 2: x 3 2 1, y 1 2 3 -> -1
+    assert [r["rho"] for r in c["per_run"][:3]] == pytest.approx([0.8, -0.5, -1.0])
+    assert c["per_run"][3] == {"arm": "top_p", "seed": 1, "rho": None, "n": 1}
+    for r, (key, m) in zip(c["per_run"][:3], list(runs.items())[:3]):
+        pts = study.paired(m, "mi", "success")
+        assert (r["arm"], r["seed"]) == key
+        assert r["rho"] == pytest.approx(spearmanr(*zip(*pts)).statistic)
+    # the median over the 3 runs with a rho; the points are counted, never pooled
+    assert c["rho"] == pytest.approx(-0.5) and c["runs"] == 3 and c["n"] == 4 + 3 + 3 + 1
+    assert c["lo"] <= c["rho"] <= c["hi"] and -1.0 <= c["lo"] and c["hi"] <= 0.8
+    assert study.correlations(runs) == corr  # seeded: the same interval again
+    # entropy: run 0 ranks x 4 3 2 1 vs y 1 2 4 3, sum d^2 = 9 + 1 + 4 + 4 = 18 -> -0.8;
+    # run 1 x 1 2 3 vs y 3 1 2 -> -0.5; run 2 constant entropy: no rho -> median -0.65
+    e = corr["entropy_vs_success"]
+    assert e["rho"] == pytest.approx(-0.65) and e["runs"] == 2
+    assert corr["retrieval_vs_success"]["rho"] is None and corr["retrieval_vs_success"]["runs"] == 0
+    assert corr["retrieval_vs_success"]["lo"] is None
+
+
+def test_arm_differences_over_seeds_by_hand():
+    rows = [{"arm": "none", "final_success": 0.2, "initial_success": 0.1, "final_mi": 0.5},
+            {"arm": "none", "final_success": 0.4, "initial_success": 0.1, "final_mi": None},
+            {"arm": "top_p", "final_success": 0.5, "initial_success": 0.1, "final_mi": 0.9},
+            {"arm": "top_p", "final_success": 0.7, "initial_success": 0.1, "final_mi": 0.7}]
+    for r in rows:
+        r["success_gain"] = r["final_success"] - r["initial_success"]
+    d = study.arm_differences(rows, "none", keys=("final_success", "success_gain", "final_mi"))
+    assert list(d) == ["top_p"]
+    fs = d["top_p"]["final_success"]
+    assert fs["diff"] == pytest.approx(0.6 - 0.3) and (fs["n_a"], fs["n_b"]) == (2, 2)
+    # every resample of top_p has a mean in [0.5, 0.7], of none in [0.2, 0.4]
+    assert 0.1 - 1e-12 <= fs["lo"] <= fs["diff"] <= fs["hi"] <= 0.5 + 1e-12
+    assert d["top_p"]["success_gain"]["diff"] == pytest.approx(0.3)
+    mi = d["top_p"]["final_mi"]  # none has one final MI: a difference, no interval
+    assert mi["diff"] == pytest.approx(0.8 - 0.5) and mi["lo"] is None and mi["n_b"] == 1
+    assert study.arm_differences(rows, "tiered") == {}
+    assert study.run_summary("none", 0, RUN_A)["success_gain"] == pytest.approx(0.2)
 
 
 def test_arm_table_mean_and_spread():

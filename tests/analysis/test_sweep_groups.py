@@ -10,7 +10,9 @@ M at step 2, token entropy E at step 2, kept ratios K1, K2 at steps 1, 2. By han
              kept (mean of K1, K2) 0.75 0.5 1.0   mean 0.75  std 0.25    min 0.5 max 1.0
     arm 0.9  final success 0.5 0.5 0.8   mean 0.6  std sqrt(0.06 / 2) = 0.173205
              final MI      0.9 0.7 0.8   mean 0.8  std 0.1
-Spearman over the six (step-2) points (MI and success both exist at step 2 only):
+Correlations are per job (each job has one step with both MI and success: no rho) and summarised
+over jobs, so the study reports none here. The six (step-2) points, pooled by hand, check
+``study.spearman`` itself (MI and success both exist at step 2 only):
     MI ranks x 1 3 2 6 4 5; success ranks y 1 2 5 3.5 3.5 6 (two 0.5 share 3.5); both mean 3.5;
     sum dx dy = 6.25 + 0.75 - 2.25 + 0 + 0 + 3.75 = 8.5; sum dx^2 = 17.5, sum dy^2 = 17
     -> rho = 8.5 / sqrt(17.5 * 17) = 0.492805
@@ -88,14 +90,18 @@ def test_arms_by_hand(sweep):
     assert b["final_mi"] == pytest.approx({"mean": 0.8, "std": 0.1, "min": 0.7, "max": 0.9, "n": 3})
     assert "final_retrieval_acc" not in a  # never logged
     c = s["correlations"]
-    assert c["mi_vs_success"]["rho"] == pytest.approx(RHO_MI) and c["mi_vs_success"]["n"] == 6
-    assert c["entropy_vs_success"]["rho"] == pytest.approx(RHO_ENTROPY)
-    # the reference implementation agrees, p-value included
+    # one paired step per job: no per-job rho, so no summary over jobs (points never pooled)
+    assert c["mi_vs_success"]["rho"] is None and c["mi_vs_success"]["n"] == 6
+    assert c["mi_vs_success"]["runs"] == 0 and len(c["mi_vs_success"]["per_run"]) == 6
+    # study.spearman on the pooled points by hand; the reference implementation agrees
     mi = [m for *_, m, _, _, _ in JOBS]
     succ = [x for _, _, x, *_ in JOBS]
+    ent = [e for *_, e, _, _ in JOBS]
+    pooled = study.spearman(list(zip(mi, succ)))
     ref = spearmanr(mi, succ)
-    assert c["mi_vs_success"]["rho"] == pytest.approx(ref.statistic)
-    assert c["mi_vs_success"]["p"] == pytest.approx(ref.pvalue)
+    assert pooled["rho"] == pytest.approx(RHO_MI) == pytest.approx(ref.statistic)
+    assert pooled["p"] == pytest.approx(ref.pvalue)
+    assert study.spearman(list(zip(ent, succ)))["rho"] == pytest.approx(RHO_ENTROPY)
     # the curve band of an arm: mean and min..max over its jobs at every step
     steps, mean, lo, hi = study.band(s["metrics"], "filter.value=0.5", "mi")
     assert steps == [1, 2] and mean == pytest.approx([0.5, 0.2]) and lo == [0.5, 0.1] and hi == [0.5, 0.3]
@@ -122,14 +128,14 @@ def test_sweep_report_group_by(sweep, capsys):
     assert ("| filter.value=0.5 | 3 | 0.400 ± 0.200 (0.200–0.600) | 0.200 ± 0.100 (0.100–0.300) | — "
             "| 0.900 ± 0.100 (0.800–1.000) | 0.750 ± 0.250 (0.500–1.000) | — | — |") in out
     assert "| filter.value=0.9 | 3 | 0.600 ± 0.173 (0.500–0.800) | 0.800 ± 0.100 (0.700–0.900) |" in out
-    assert "| mi_vs_success | collapse/mi | eval/success | 0.493 |" in out
-    assert "| entropy_vs_success | collapse/token_entropy | eval/success | -0.638 |" in out
+    assert "| mi_vs_success | collapse/mi | eval/success | — | — | 0 | 6 |" in out
+    assert "| entropy_vs_success | collapse/token_entropy | eval/success | — | — | 0 | 6 |" in out
     md = (sweep / "sweep_report.md").read_text()
     assert "## Arms (grouped by filter.value)" in md and "0.400 ± 0.200" in md
     doc = json.loads((sweep / "sweep_report.json").read_text())
     assert doc["group_by"] == ["filter.value"] and doc["arm_of_job"]["4"] == "filter.value=0.9"
     assert doc["arms"]["filter.value=0.9"]["final_mi"]["mean"] == pytest.approx(0.8)
-    assert doc["correlations"]["mi_vs_success"]["rho"] == pytest.approx(RHO_MI)
+    assert doc["correlations"]["mi_vs_success"]["rho"] is None
     for name in ("sweep_curves.png", "sweep_scatter.png", "sweep_report.png"):
         assert (sweep / name).read_bytes()[:8] == PNG_MAGIC, name
 
@@ -158,7 +164,8 @@ def test_report_sweep_page(sweep, capsys):
     html = (sweep / "report.html").read_text()
     assert "grouped by <code>filter.value</code> (every swept key but seed)" in html
     assert '<table id="arms">' in html and "0.400 ± 0.200 (0.200–0.600)" in html
-    assert '<td class="num">0.493</td>' in html and '<td class="num">-0.638</td>' in html
+    assert "median per-run Spearman rho" in html and "are never pooled" in html
+    assert '<td class="num">—</td><td class="num">—</td><td class="num">0</td><td class="num">6</td>' in html
     assert 'id="fig-sweep-curves"' in html and 'id="fig-sweep-scatter"' in html
     for i in range(6):  # each job has its own page, linked relative to the sweep page
         assert f'<a href="{i}/report.html">{i}</a>' in html
