@@ -7,8 +7,9 @@ PYTEST_ARGS ?=
 # 0 (one process) here: on 2 cores, with empty caches, 2 workers took 1129 s of pytest and one
 # process 1072 s (2026-12-01, one machine): the tests contend for the cores.
 PYTEST_WORKERS ?= 0
+PYTEST = $(VENV)/bin/python -m pytest -q --durations=20 -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: train test setup bench
+.PHONY: train test test-e2e test-all setup bench
 
 setup: $(STAMP)
 
@@ -20,10 +21,18 @@ $(STAMP): pyproject.toml launch/setup_venv.sh
 train: $(STAMP)
 	$(VENV)/bin/ragen2-train $(ARGS)
 
-## Test suite (slow end-to-end tests included; add PYTEST_ARGS="-m 'not slow'" to skip them,
-## PYTEST_WORKERS=4 to spread it over 4 processes).
+## Tests, tier 1 (the README's test command): every unit and component test plus one shared
+## end-to-end smoke (Ray, two FSDP2 ranks, vLLM, weight sync + probe, checkpoint, exact resume).
+## Budget: 5 minutes of pytest, 10 with the venv, on a fresh machine with empty caches.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q --durations=20 -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) -m "not e2e" $(PYTEST_ARGS)
+
+## Tests, tier 2: every other end-to-end run and the control studies (CI runs both tiers).
+test-e2e: $(STAMP)
+	$(PYTEST) -m e2e $(PYTEST_ARGS)
+
+## Both tiers, one after the other.
+test-all: test test-e2e
 
 ## Benchmarks against their baselines (benchmarks/README.md): ARGS="--quick" for the 5-minute run.
 bench: $(STAMP)

@@ -45,14 +45,32 @@ def hf_engine(tiny_model_path):
 
 @pytest.fixture(scope="session")
 def four_steps(ray_session, tiny_model_path, tmp_path_factory):
-    """One uninterrupted 4-step run of tests.test_e2e's small config (the reference of the resume
+    """One uninterrupted 4-step run of tests.runs' small config (the reference of the resume
     tests, in-process and through the CLI after kill -9)."""
     from ragen2.train import load_config, train
-    from tests.test_e2e import small
+    from tests.runs import small
 
     run_dir = tmp_path_factory.mktemp("four")
     train(load_config(small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=2")), run_dir)
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def hf_ppo_mixed(ray_session, tiny_model_path, tmp_path_factory):
+    """One tier-2 run for several tests: the HF engine, algorithm=ppo (value model + GAE, a frozen
+    reference for k3 KL) on a mix of envs (Sokoban 50% / FrozenLake 25% / Math 25%), evaluated on
+    envs never trained on, two learner ranks, a checkpoint every step."""
+    from ragen2.train import load_config, train
+    from tests.runs import small
+
+    run = tmp_path_factory.mktemp("hf_ppo_mixed")
+    train(load_config(small(tiny_model_path, "engine=hf", "algorithm=ppo", "algorithm.kl_coef=0.05",
+                            "env=mixed", "rollout.env_groups=4", "rollout.group_size=2",
+                            "trainer.total_steps=2", "trainer.save_every=1",
+                            "env.eval.frozenlake6.id=ragen2/FrozenLake-v0",
+                            "env.eval.frozenlake6.kwargs.size=6", "env.eval.math3.id=ragen2/Math-v0",
+                            "env.eval.math3.kwargs.difficulty=3")), run)
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +86,7 @@ def ray_session():
 
 #: session fixtures that cost a training run: under pytest-xdist every test that uses one runs in
 #: the same worker process, so each is computed once per test run
-SHARED_RUNS = ("four_steps",)
+SHARED_RUNS = ("four_steps", "hf_ppo_mixed")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -100,7 +118,13 @@ def smollm2_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def smollm2_tokenizer(smollm2_path):
+def smollm2_tokenizer():
+    """SmolLM2's tokenizer alone: read from the GGUF file's metadata, the weights never converted
+    (the converted model's own directory when a test already built it)."""
     from ragen2.models.loading import load_tokenizer
+    from ragen2.models.smollm2 import MissingPackageError, ensure_smollm2_tokenizer
 
-    return load_tokenizer(smollm2_path)
+    try:
+        return load_tokenizer(ensure_smollm2_tokenizer())
+    except MissingPackageError as e:
+        pytest.skip(str(e))

@@ -1,4 +1,4 @@
-"""I(A; Z | X) tells a policy that acts on its reasoning from one whose reasoning is decoration (slow).
+"""I(A; Z | X) tells a policy that acts on its reasoning from one whose reasoning is decoration (tier 2).
 
 Two policies are warm-started on the same env (`tests/choice_env.py`, ChoiceWord: three allowed
 words, any of them wins) with the same reasoning, a random pick of the allowed words. One answers
@@ -13,19 +13,23 @@ from __future__ import annotations
 import pytest
 
 from tests.control_arms import step1_rows
-from tests.test_e2e import ONE_RANK
+from tests.runs import ONE_RANK
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 BASE = ["env.id=tests.choice_env:ChoiceWord-v0", "trainer.total_steps=1", "monitor.every=1",
         "rollout.max_turns=1", "rollout.env_groups=12", "rollout.group_size=4",
         "trainer.warm_start.random_action_prob=0", "trainer.warm_start.episodes=4096",
         "trainer.warm_start.epochs=3", "trainer.warm_start.batch_size=16",
         "trainer.warm_start.lr=3e-3", "trainer.eval_episodes=16", "trainer.eval_every=0",
-        "trainer.loggers=[jsonl]", ONE_RANK]
+        "trainer.loggers=[jsonl]", ONE_RANK,
+        # nothing here reads the probe panel (its default, 32 prompts x 4 samples at steps 0 and 1,
+        # cost more than the step itself): off
+        "monitor.panel_size=0"]
 
 
 def test_action_mi_separates_acting_on_reasoning_from_decoration(ray_session, tmp_path):
+    """Own run: two arms, each warm-started on its own answers (the control study itself)."""
     step1 = step1_rows(BASE, "env.kwargs.answer", ("follow", "independent"), tmp_path)
     keys = ("rollout/success", "collapse/mi", "collapse/action/mi", "collapse/action/mi_null",
             "collapse/action/mi_p_value", "collapse/action/mi_bound", "collapse/action/log_k",

@@ -100,6 +100,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (["env.id=ragen2/Nope-v0"], "ragen2/Nope-v0"),
 ])
 def test_cli_errors_are_short_and_named(args, needle, tmp_path):
+    """No run: the command line refuses each bad config before anything starts."""
     r = _cli(*args, f"hydra.run.dir={tmp_path}")
     assert r.returncode != 0
     err = r.stderr.strip()

@@ -153,6 +153,7 @@ def test_command_line_is_checked_before_hydra_starts(argv, ok):
     "engine.temperature=inf",  # out of range
 ])
 def test_cli_exits_2_with_one_message(bad, tmp_path):
+    """No run: the command line refuses the bad override before anything starts."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
     r = subprocess.run([sys.executable, "-m", "ragen2.train", bad, f"hydra.run.dir={tmp_path}"],
                        capture_output=True, text=True, timeout=120, env=env, check=False)

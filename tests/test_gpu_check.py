@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_gpu_check_rehearsal_on_cpu(tmp_path):
     out = tmp_path / "gc"
     proc = subprocess.run([sys.executable, str(REPO / "launch" / "gpu_check.py"), "--device", "cpu",

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e import small
+from tests.runs import small
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 psutil = pytest.importorskip("psutil")
 
 TAG = "RAGEN2_TEST_RUN_TAG"
@@ -87,7 +87,7 @@ def _comparable(row: dict) -> dict:
 
 
 def test_kill_9_then_resume_continues_the_same_run(four_steps, tiny_model_path, tmp_path):
-    """The reference is the uninterrupted in-process run of the same config (``four_steps``); the
+    """Own run: it kills its own process group. The reference is the uninterrupted in-process run of the same config (``four_steps``); the
     killed and the resumed runs go through the CLI as a user runs them."""
     reference, run = four_steps, tmp_path / "run"
 

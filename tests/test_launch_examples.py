@@ -42,7 +42,7 @@ def test_submitit_launcher_config_shape():
 
 
 def test_submitit_launcher_composes_into_an_sbatch_script(tmp_path, monkeypatch):
-    """Compose hydra/launcher=ragen2_slurm on a preset, then let submitit write the sbatch file
+    """No run: the sbatch file is only written. Compose hydra/launcher=ragen2_slurm on a preset, then let submitit write the sbatch file
     exactly as the plugin's launch() builds its executor (no SLURM needed: a stand-in srun)."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     submitit = pytest.importorskip("submitit")
@@ -144,6 +144,7 @@ def _overrides(cmd: str) -> tuple[list[str], dict[str, str]]:
 
 
 def test_every_gpu_example_is_found():
+    """No run: the examples are only read."""
     where = [w for w, _ in gpu_examples()]
     assert where.count("README") >= 8 and where.count("launch/README.md") >= 4, where
     assert {"ragen2.sbatch", "Dockerfile", "rayjob.yaml"} <= set(where)
@@ -152,6 +153,7 @@ def test_every_gpu_example_is_found():
 @pytest.mark.parametrize("where,cmd", gpu_examples(), ids=lambda x: x[:60] if isinstance(x, str)
                          else x)
 def test_gpu_example_starts_from_a_paper_preset_and_fits(where, cmd):
+    """No run: each example is composed and planned, not run."""
     from ragen2.cluster.memory import H100_80GB, estimate_memory
     from ragen2.cluster.placement import NodeResources, plan_placement
     from ragen2.train import load_config

@@ -108,6 +108,7 @@ def test_sbatch_directives_come_before_any_command():
 
 
 def test_sbatch_starts_ray_waits_trains_and_stops():
+    """No run: the sbatch script is only read."""
     text = sbatch_text()
     assert "launch/ray_head.sh --block" in text and "launch/ray_worker.sh --block" in text
     assert "launch/wait_for_nodes.py" in text and "trap stop_ray EXIT" in text
@@ -140,6 +141,7 @@ def test_sbatch_requeues_on_its_warning_signal():
 
 
 def test_sbatch_sets_offline_caches_network_and_containers():
+    """No run: the sbatch script is only read."""
     text = sbatch_text()
     for line in ('export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"',
                  'export TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-$HF_HUB_OFFLINE}"',
@@ -159,9 +161,9 @@ def test_sbatch_sets_offline_caches_network_and_containers():
     assert "head_argv python launch/wait_for_nodes.py" in body and "head_argv ragen2-train" in body
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sbatch_runs_against_stand_in_slurm(tmp_path):
-    """srun/scontrol stand-ins on one node: Ray head up, wait, train (a stand-in), Ray down."""
+    """No run: a stand-in replaces ragen2-train. srun/scontrol stand-ins on one node: Ray head up, wait, train (a stand-in), Ray down."""
     bin_ = stand_in_slurm(tmp_path, scontrol="#!/usr/bin/env bash\necho localhost\n",
                           ragen2_train=f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
                                        "exit 3\n")
@@ -187,10 +189,10 @@ def test_sbatch_runs_against_stand_in_slurm(tmp_path):
     assert left == [], f"processes of the job still running: {left}"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", ["USR1", "TERM"])
 def test_sbatch_forwards_usr1_and_requeues(tmp_path, sig):
-    """The warning signal: USR1 to the batch shell reaches ragen2-train (a stand-in that exits 75
+    """No run: a stand-in replaces ragen2-train. The warning signal: USR1 to the batch shell reaches ragen2-train (a stand-in that exits 75
     as the real one does after its checkpoint) and the job is requeued. TERM (scancel) is passed
     on as USR1 too, but the job is not requeued."""
     bin_ = stand_in_slurm(
@@ -313,6 +315,7 @@ def test_shared_volume_reaches_every_pod():
 
 
 def test_rayjob_shape():
+    """No run: the RayJob manifest is only read."""
     job = rayjob()
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
     spec = job["spec"]
@@ -389,6 +392,7 @@ def test_dockerfile_installs_are_pinned_and_torch_is_frozen():
 
 
 def test_dockerfile_runs_as_a_user_with_caches_and_a_command():
+    """No run: the Dockerfile is only read."""
     text = dockerfile()
     user = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert user and user[-1] not in ("root", "0")

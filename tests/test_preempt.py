@@ -99,15 +99,15 @@ def _rows(run_dir: Path) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp_path):
-    """The whole SLURM loop with the real trainer on the CPU: the sbatch script (stand-in srun and
+    """Own run: it signals its own job. The whole SLURM loop with the real trainer on the CPU: the sbatch script (stand-in srun and
     scontrol, a real Ray head) runs ragen2-train; SIGUSR1 to the script (SLURM's --signal=B:USR1)
     makes the trainer checkpoint its step and exit 75, the script requeues the job; the requeued
     job (the same script again, SLURM_RESTART_COUNT=1) resumes in the same run directory."""
     import tempfile
 
-    from tests.test_e2e import ONE_RANK, small
+    from tests.runs import ONE_RANK, small
     from tests.test_launch_files import (LAUNCH, ROOT, end_sessions, free_port, sbatch_env,
                                          stand_in_slurm)
 

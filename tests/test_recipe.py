@@ -126,6 +126,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_command_line_refuses_the_tiny_recipe_on_smollm2(tmp_path):
+    """No run: refused at config time."""
     r = _cli("model=smollm2", "recipe=tiny", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 2, r.stderr
     assert "recipe='tiny'" in r.stderr and "pretrained checkpoint" in r.stderr
@@ -133,7 +134,7 @@ def test_the_command_line_refuses_the_tiny_recipe_on_smollm2(tmp_path):
 
 
 def test_the_command_line_refuses_a_chat_template_before_ray_starts(tiny_model_path, tmp_path):
-    """The template only keeps the last user message. The Ray address points nowhere: had the
+    """No run: refused before Ray starts. The template only keeps the last user message. The Ray address points nowhere: had the
     run reached Ray first, the error would be about connecting, not the template."""
     from tests.rollout.test_chat_templates import LAST_ONLY
 

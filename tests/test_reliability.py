@@ -247,6 +247,7 @@ def test_nearly_full_disk_is_refused(tmp_path, monkeypatch):
 
 
 def test_cli_refuses_a_bad_run_dir_with_status_2(tmp_path, capsys):
+    """No run: refused before anything starts."""
     from ragen2.train import main
 
     (tmp_path / "file").write_text("x")
@@ -263,6 +264,7 @@ def test_cli_refuses_a_bad_run_dir_with_status_2(tmp_path, capsys):
     (OSError(errno.ENOSPC, "No space left on device", "metrics.jsonl"), "Latest checkpoint: none"),
 ])
 def test_cli_exits_1_when_the_disk_fills_during_the_run(tmp_path, monkeypatch, capsys, exc, text):
+    """No run: ``train`` is replaced by a function that raises."""
     import ragen2.train as train_mod
 
     def fail(cfg, run_dir):

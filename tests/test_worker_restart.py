@@ -155,15 +155,15 @@ def _episodes(run_dir: Path, step: int) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_worker_killed_mid_step_reruns_its_episodes_and_the_step_is_unchanged(
         ray_session, tiny_model_path, tmp_path):
-    """Worker 1 of 2 is SIGKILLed while it resets its group's envs at step 2 (after a weight
+    """Own run: a reference and a run whose worker is killed, on an env of its own. Worker 1 of 2 is SIGKILLed while it resets its group's envs at step 2 (after a weight
     sync, so the new worker must be re-synced to policy version 1 before it reruns)."""
     from ragen2 import seeding
     from ragen2.train import load_config, train
     from tests.dying_env import marker_path
-    from tests.test_e2e import ONE_RANK, small
+    from tests.runs import ONE_RANK, small
 
     groups, size = 2, 3
     seed = seeding.group_seed(0, 2, 1)  # group 1 of step 2: worker 1's chunk

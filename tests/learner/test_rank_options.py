@@ -270,3 +270,43 @@ def test_lora_warm_start_trains_adapters_and_moves_the_reference(tiny_model_path
     assert changed and all("proj" in k for k in changed)  # only adapted layers moved
     for k, v in merged.items():  # the KL reference is now the warm-started (merged) policy
         torch.testing.assert_close(ref[k], v, rtol=0, atol=0, msg=k)
+
+
+PPO_KL = ("algorithm=ppo", "algorithm.kl_coef=0.05")
+
+
+def _token_batch_v(version: int) -> dict[str, np.ndarray]:
+    batch = _batch_v(version)  # token rewards: the critic has something to learn
+    batch["token_rewards"] = (batch["loss_mask"] * np.linspace(-1, 1, 20)).astype(np.float32)
+    return batch
+
+
+def test_ppo_checkpoint_with_critic_and_reference_resumes_exactly(tiny_model_path, tmp_path):
+    """algorithm=ppo with a KL reference: the checkpoint holds policy, critic and reference with
+    their optimisers, and a learner loaded from it makes the same next update (actor and critic
+    metrics, policy and critic weights) as the learner that wrote it."""
+    from ragen2.learner.fsdp import full_state_dict
+
+    a = _rank(tiny_model_path, *PPO_KL)
+    try:
+        assert a.critic is not None and a.ref is not None
+        a.update(_token_batch_v(0), step=1)
+        a.save(str(tmp_path))
+        m_a = a.update(_token_batch_v(1), step=2)
+        w_a, c_a = a.policy_weights(), full_state_dict(a.critic)
+    finally:
+        a.shutdown()
+    assert {"policy.pt", "critic.pt", "ref.pt"} <= {p.name for p in tmp_path.iterdir()}
+    b = _rank(tiny_model_path, *PPO_KL)
+    try:
+        assert b.load(str(tmp_path)) == 1
+        m_b = b.update(_token_batch_v(1), step=2)
+        w_b, c_b = b.policy_weights(), full_state_dict(b.critic)
+    finally:
+        b.shutdown()
+    for key in ("actor/loss", "actor/grad_norm", "actor/kl_loss", "critic/vf_loss"):
+        assert m_b[key] == m_a[key], key
+    for k in w_a:
+        np.testing.assert_array_equal(w_a[k], w_b[k], err_msg=k)
+    for k in c_a:
+        assert torch.equal(c_a[k], c_b[k]), k

@@ -1,13 +1,12 @@
 """Two FSDP2 ranks (two processes, gloo): token micro-batches with dummy passes, LoRA export, probes.
 
-One spawn runs every scenario, since each process pays the torch + transformers import.
+``_worker`` runs in the learner tests' one shared spawn (tests/learner/two_ranks.py), since each
+process pays the torch + transformers import.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing as mp
-import socket
 
 import numpy as np
 import pytest
@@ -35,22 +34,12 @@ if importlib.util.find_spec("peft") is not None:  # the `lora` extra
                          "algorithm.kl_coef=0.1")
 
 
-def _ports(n: int) -> list[int]:
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(s.getsockname()[1])
-    return out
+N_PORTS = len(SCENARIOS)
 
 
 def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     torch.set_num_threads(1)
-    from ragen2.learner.rank import LearnerRank
-    from ragen2.train import load_config
-
     import ragen2.learner.rank as rank_module
-    from tests.learner.test_prefix import prefix_batch
 
     shared = rank_module.shared_prefix_logits
     calls = []
@@ -64,6 +53,18 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     if rank == 1:  # rank 1 never finds sharing worth it: it follows rank 0 with a forced plan
         rank_module.plan_shared_prefix = lambda *a, min_saving=0.2: (
             planner(*a, min_saving=min_saving) if min_saving == -float("inf") else None)
+    try:
+        result = _scenarios(rank, path, ports, calls)
+    finally:  # the other jobs of the shared spawn see the module as it was
+        rank_module.shared_prefix_logits, rank_module.plan_shared_prefix = shared, planner
+    torch.save(result, f"{out_dir}/rank{rank}.pt")
+
+
+def _scenarios(rank: int, path: str, ports: list[int], calls: list) -> dict:
+    from ragen2.learner.rank import LearnerRank
+    from ragen2.train import load_config
+    from tests.learner.test_prefix import prefix_batch
+
     result = {}
     for (name, extra), port in zip(SCENARIOS.items(), ports):
         calls.clear()
@@ -88,26 +89,11 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
                             "run": r.run(lambda rk, x: (rk.rank, rk.world_size, x), 7)}
         finally:
             r.shutdown()
-    torch.save(result, f"{out_dir}/rank{rank}.pt")
+    return result
 
 
-def run_two_ranks(target, *args, timeout: float = 300) -> None:
-    """``target(rank, *args)`` in two spawned processes; both must exit 0 within ``timeout``."""
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=target, args=(r, *args)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=timeout)
-    for p in procs:
-        if p.is_alive():  # a collective mismatch hangs: fail instead of waiting forever
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
-
-
-def test_two_ranks(tiny_model_path, tmp_path):
-    run_two_ranks(_worker, tiny_model_path, _ports(len(SCENARIOS)), str(tmp_path))
-    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+def test_two_ranks(tiny_model_path, two_rank_results):
+    r0, r1 = two_rank_results["world2"]
     assert r0["plan"] == r1["plan"] == [2, 2]  # the same number of passes on both ranks
 
     for name in SCENARIOS:

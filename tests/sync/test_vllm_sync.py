@@ -54,7 +54,7 @@ def mp_engine(tiny_model_path):
 
 
 ENGINES = [pytest.param("inproc_engine", id="in-process"),
-           pytest.param("mp_engine", id="multiprocess", marks=pytest.mark.slow)]
+           pytest.param("mp_engine", id="multiprocess", marks=pytest.mark.e2e)]
 
 
 @pytest.fixture()
@@ -144,7 +144,7 @@ def test_nccl_receiver_must_refresh_the_tied_head(inproc_engine, hf_engine, move
         inproc_engine.load_weights(base, version=0)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_object_store_push_into_a_multiprocess_engine(ray_session, mp_engine, hf_engine, moved):
     """The default CPU strategy's halves as they run in the actors: numpy buckets through Ray's
     object store, streamed by the worker into the engine (out of process: via one /dev/shm file)."""

@@ -23,7 +23,7 @@ def test_cpu_thread_binding_splits_the_cores_in_order():
         cpu_thread_binding(3, [0, 1])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_nccl_and_file_pushes_reach_both_tp_workers(tiny_model_path, hf_engine):
     import os
 
