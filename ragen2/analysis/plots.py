@@ -2,7 +2,9 @@
 
 One file per panel, plus ``overview.png`` with every drawn panel:
     success.png              train success (rollout/success) and held-out success (eval/success)
-    mi.png                   online MI (collapse/mi) and plug-in MI, each with its null floor dashed
+    mi.png                   online MI (collapse/mi), the later-turn panel's (collapse/panel/turns/mi)
+                             and plug-in MI, each with its floor (null q95, dashed) and its
+                             bound (log distinct prompts, dotted)
     conditional_entropy.png  online H(Z|X) (collapse/h_cond) and plug-in H(cluster | input)
     token_entropy.png        actor/entropy and collapse/token_entropy
     reward_spread.png        within-group reward std (metrics, and recomputed from saved rollouts)
@@ -67,14 +69,26 @@ def _success(ax, metrics: Metrics, records: Records) -> bool:
 
 
 def _mi(ax, metrics: Metrics, records: Records) -> bool:
-    drew = _plot(ax, metric_series(metrics, "collapse/mi"), "online MI", color="C0")
-    drew |= _plot(ax, metric_series(metrics, "collapse/mi_null"), "online null", color="C0",
-                  linestyle="--", marker="")
-    drew |= _plot(ax, _rec(records, "mi"), "plug-in MI (Miller-Madow)", color="C1")
-    drew |= _plot(ax, _rec(records, "mi_floor_mean"), "plug-in floor (mean)", color="C1",
-                  linestyle="--", marker="")
-    drew |= _plot(ax, _rec(records, "mi_floor_q95"), "plug-in floor (q95)", color="C1",
-                  linestyle=":", marker="")
+    """Each MI estimate with its floor (the permutation null's 95th percentile, dashed) and its
+    bound (log of the distinct prompts, dotted); the y-range holds all of them (``gid`` = key)."""
+    from ragen2.analysis.study import mi_ylim
+
+    drew = False
+    for color, prefix, name in (("C0", "collapse/", "online MI (first turn)"),
+                                ("C2", "collapse/panel/turns/", "later-turn panel MI")):
+        drew |= _plot(ax, metric_series(metrics, prefix + "mi"), name, color=color, gid=prefix + "mi")
+        drew |= _plot(ax, metric_series(metrics, prefix + "mi_floor"), f"{name}: floor (null q95)",
+                      color=color, linestyle="--", marker="", gid=prefix + "mi_floor")
+        drew |= _plot(ax, metric_series(metrics, prefix + "mi_bound"), f"{name}: bound log N",
+                      color=color, linestyle=":", marker="", gid=prefix + "mi_bound")
+    drew |= _plot(ax, _rec(records, "mi"), "plug-in MI (Miller-Madow)", color="C1", gid="plugin:mi")
+    drew |= _plot(ax, _rec(records, "mi_floor_q95"), "plug-in floor (null q95)", color="C1",
+                  linestyle="--", marker="", gid="plugin:mi_floor_q95")
+    drew |= _plot(ax, _rec(records, "log_n_inputs"), "plug-in bound log N", color="C1",
+                  linestyle=":", marker="", gid="plugin:log_n_inputs")
+    ys = [float(y) for line in ax.get_lines() for y in line.get_ydata()]
+    if ys:
+        ax.set_ylim(*mi_ylim(ys))
     _finish(ax, "mutual information I(input; reasoning)", "nats")
     return drew
 

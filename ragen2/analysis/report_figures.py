@@ -1,8 +1,10 @@
 """The figures of the run report (``ragen2-report RUN_DIR``), each a matplotlib ``Figure``.
 
-Curves over steps (:data:`CURVES`): one figure per topic, each line a ``metrics.jsonl`` key; a
-line with ``band`` draws the interval between two more keys (the fixed panel's 95% bootstrap
-interval) as a shaded band. Steps where a collapse alert fired (``collapse/alert`` = 1, red dotted)
+Curves over steps (:data:`CURVES`): one figure per topic, each line a ``metrics.jsonl`` key (its
+``gid``); a line with ``band`` draws the interval between two more keys (the fixed panel's 95%
+bootstrap interval) as a shaded band. Every MI curve also draws its floor (the permutation null's
+95th percentile, ``*mi_floor``) and its bound (log of the distinct prompts, ``*mi_bound``), on a
+y-range holding 0, both and the curve. Steps where a collapse alert fired (``collapse/alert`` = 1, red dotted)
 and where a rollback happened (``collapse/rollback`` = 1, purple dash-dot) are vertical lines on
 every curve. A figure whose
 keys the run never logged is not drawn (:func:`curve_figure` returns None); the report says so.
@@ -51,6 +53,8 @@ class Curve:
     lines: tuple[Line, ...]
     ylim: tuple[float, float] | None = None
     ylabel_right: str | None = None
+    mi: bool = False  # an MI curve: the y-range holds 0, the curve, its floor and its bound
+
 
     def keys(self) -> list[str]:
         return [k for line in self.lines for k in line.keys()]
@@ -60,17 +64,25 @@ def _panel(key: str, label: str, **kw) -> Line:
     return Line(key, label, band=(f"{key}_lo", f"{key}_hi"), **kw)
 
 
+def _floor_and_bound(prefix: str) -> tuple[Line, Line]:
+    """The floor (the permutation null's 95th percentile) and the bound (log of the distinct
+    prompts) of the MI logged under ``prefix``."""
+    return (Line(f"{prefix}mi_floor", f"floor: null q95 ({prefix}mi_floor)", dashed=True),
+            Line(f"{prefix}mi_bound", f"bound: log distinct prompts ({prefix}mi_bound)", dashed=True))
+
+
 CURVES: tuple[Curve, ...] = (
     Curve("success", "success", "success rate",
           (Line("rollout/success", "train (rollout/success)"),
            Line("eval/success", "held-out (eval/success)")), ylim=(-0.02, 1.02)),
     Curve("mi", "MI between prompt and reasoning (rollout batch)", "nats",
-          (Line("collapse/mi", "collapse/mi"),
-           Line("collapse/mi_null", "permutation floor (collapse/mi_null)", dashed=True))),
+          (Line("collapse/mi", "collapse/mi"), *_floor_and_bound("collapse/")), mi=True),
     Curve("panel_mi", "MI on the fixed panel, 95% bootstrap band", "nats",
-          (_panel("collapse/panel/mi", "collapse/panel/mi"),
-           Line("collapse/panel/mi_floor", "permutation floor (collapse/panel/mi_floor)",
-                dashed=True))),
+          (_panel("collapse/panel/mi", "collapse/panel/mi"), *_floor_and_bound("collapse/panel/")),
+          mi=True),
+    Curve("panel_turns_mi", "MI at later turns, fixed mid-episode panel, 95% bootstrap band", "nats",
+          (_panel("collapse/panel/turns/mi", "collapse/panel/turns/mi"),
+           *_floor_and_bound("collapse/panel/turns/")), mi=True),
     Curve("retrieval", "retrieval of the prompt from its reasoning", "accuracy@1",
           (Line("collapse/retrieval_acc@1", "collapse/retrieval_acc@1"),
            Line("collapse/retrieval_chance@1", "chance (collapse/retrieval_chance@1)", dashed=True),
@@ -88,8 +100,7 @@ CURVES: tuple[Curve, ...] = (
           (Line("filter/kept_ratio", "filter/kept_ratio"),), ylim=(-0.02, 1.02)),
     Curve("action_mi", "does the action follow the reasoning", "nats",
           (Line("collapse/action/mi", "collapse/action/mi"),
-           Line("collapse/action/mi_null", "permutation floor (collapse/action/mi_null)",
-                dashed=True))),
+           *_floor_and_bound("collapse/action/")), mi=True),
 )
 
 
@@ -122,21 +133,28 @@ def curve_figure(curve: Curve, metrics: Metrics) -> Figure | None:
     fig = Figure(figsize=(6.4, 3.7), layout="constrained")
     ax = fig.add_subplot()
     ax2 = ax.twinx() if any(line.right for line, _ in drawn) else None
+    shown: list[float] = []
     for line, series in drawn:
         axis = ax2 if line.right else ax
         xs, ys = zip(*series)
         color = f"C{curve.lines.index(line)}"
         axis.plot(xs, ys, color=color, ls="--" if line.dashed else "-",
-                  marker="" if line.dashed else "o", ms=3, label=line.label)
+                  marker="" if line.dashed else "o", ms=3, label=line.label, gid=line.key)
+        shown += ys
         if line.band is not None:
             lo, hi = (dict(metric_series(metrics, k)) for k in line.band)
             steps = [s for s in xs if s in lo and s in hi]
             if steps:
                 axis.fill_between(steps, [lo[s] for s in steps], [hi[s] for s in steps],
                                   color=color, alpha=0.2, label=f"95% interval ({line.band[0]}, _hi)")
+                shown += [lo[s] for s in steps] + [hi[s] for s in steps]
     _events(ax, metrics)
     if curve.ylim is not None:
         ax.set_ylim(*curve.ylim)
+    elif curve.mi:  # not autoscaled to the curve alone: floor and bound stay in view
+        from ragen2.analysis.study import mi_ylim
+
+        ax.set_ylim(*mi_ylim(shown))
     _finish(ax, curve.title, curve.ylabel)
     handles, labels = ax.get_legend_handles_labels()
     if ax2 is not None:

@@ -174,7 +174,8 @@ def conditional_mutual_information(
         ``h_marginal``, ``mi_bound``, ``log_k``, ``retrieval_acc@k`` and ``retrieval_chance@k``
         per k, ``n_samples`` (samples in groups of 2+), ``n_groups`` (such groups),
         ``n_excluded`` (samples alone in their group); with P > 0 also ``mi_null``,
-        ``mi_null_std``, ``p_value`` and ``num_permutations``.
+        ``mi_null_std``, ``mi_floor`` (the null's 95th percentile), ``p_value`` and
+        ``num_permutations``.
     Raises:
         ValueError: logp not a 2-D float tensor with one row per sample and a column per member of
             the largest group; NaN or +inf in a group's cell; -inf at a sample's own column (or
@@ -274,6 +275,7 @@ def conditional_mutual_information(
     if num_permutations:
         null = vals[1:]
         out.update({"mi_null": float(null.mean()), "mi_null_std": float(null.std(correction=0)),
+                    "mi_floor": float(torch.quantile(null, 0.95)),  # linear, as permutation_null
                     "p_value": (1.0 + float((null >= vals[0]).sum())) / (1.0 + num_permutations),
                     "num_permutations": float(num_permutations)})
     for k in ks:

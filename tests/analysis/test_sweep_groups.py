@@ -165,7 +165,8 @@ def test_report_sweep_page(sweep, capsys):
     assert "grouped by <code>filter.value</code> (every swept key but seed)" in html
     assert '<table id="arms">' in html and "0.400 ± 0.200 (0.200–0.600)" in html
     assert "median per-run Spearman rho" in html and "are never pooled" in html
-    assert '<td class="num">—</td><td class="num">—</td><td class="num">0</td><td class="num">6</td>' in html
+    assert ('<td class="num">—</td><td class="num">—</td><td class="num">0</td>'
+            '<td class="num">6</td>') in html
     assert 'id="fig-sweep-curves"' in html and 'id="fig-sweep-scatter"' in html
     for i in range(6):  # each job has its own page, linked relative to the sweep page
         assert f'<a href="{i}/report.html">{i}</a>' in html

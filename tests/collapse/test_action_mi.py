@@ -74,6 +74,7 @@ def test_answers_that_ignore_their_reasoning_score_zero_and_p_value_one():
                       dtype=torch.float64)  # column 3 of group 0 is padding
     m = cmi(lp, group, num_permutations=30, generator=torch.Generator().manual_seed(1))
     assert m["mi"] == 0.0 and m["mi_null"] == 0.0 and m["mi_null_std"] == 0.0
+    assert m["mi_floor"] == 0.0  # every shuffle gives 0: its 95th percentile too
     assert m["p_value"] == 1.0 and m["num_permutations"] == 30
     assert m["h_cond"] == pytest.approx((3 * 2 + 4 * 0.5) / 7)
     assert m["retrieval_acc@1"] == pytest.approx(m["retrieval_chance@1"]) == pytest.approx(
