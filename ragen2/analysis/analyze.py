@@ -110,7 +110,18 @@ def _last(series: list[tuple[int, float]]) -> tuple[int, float] | None:
 
 
 def _mi_inputs(metrics, records, config) -> tuple[dict[str, Any], dict[str, str]]:
-    """mi, mi_null, log_n: the online monitor's last value if it ran, else the plug-in one."""
+    """mi, mi_null, log_n: the later-turn probe panel's last value where the run logged one and
+    its ``monitor.alert_instrument`` is not ``first_turn`` (the trainer's own choice,
+    :mod:`ragen2.collapse.instrument`), else the online monitor's if it ran, else the plug-in one."""
+    monitor = (config or {}).get("monitor")
+    choice = monitor.get("alert_instrument", "auto") if isinstance(monitor, dict) else "auto"
+    turns = _last(metric_series(metrics, "collapse/panel/turns/mi"))
+    if turns is not None and choice != "first_turn":
+        step, mi = turns
+        row, p = metrics[step], "collapse/panel/turns/"
+        return ({"mi": mi, "mi_null": row.get(p + "mi_null"), "log_n": row.get(p + "log_n")},
+                {k: f"{p}{k} at step {step}" if row.get(p + k) is not None else "not logged"
+                 for k in ("mi", "mi_null", "log_n")})
     online = _last(metric_series(metrics, "collapse/mi"))
     if online is not None:
         step, mi = online

@@ -236,6 +236,18 @@ def test_online_monitor_takes_precedence_and_all_panels(tmp_path):
     assert_png(out["plots"]["snr"])
 
 
+def test_later_turn_panel_is_the_diagnosis_instrument_where_logged(tmp_path):
+    """FrozenLake's first-turn MI sits at its floor by construction; the later-turn panel moves."""
+    rows = [dict(r) for r in BASE_METRICS]
+    for r, mi in zip(rows[1:], (0.9, 0.3, 0.01)):
+        r.update({"collapse/mi": 0.001, "collapse/mi_null": 0.001, "collapse/panel/turns/mi": mi,
+                  "collapse/panel/turns/mi_null": 0.004, "collapse/panel/turns/log_n": 3.0})
+    d = run_cli(make_run(tmp_path / "a", "informative", rows))["diagnosis"]
+    assert d["inputs"]["mi"] == 0.01 and d["inputs"]["mi_null"] == 0.004
+    assert d["inputs"]["log_n"] == 3.0
+    assert d["sources"]["mi"] == "collapse/panel/turns/mi at step 3"
+
+
 def test_train_window_and_entropy_reference(tmp_path, no_plots):
     rows = [{"step": 0, "actor/entropy": 5.0, "eval/success": 0.1}]  # step 0 is not the reference
     for s, succ in enumerate([0.0, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0], start=1):
