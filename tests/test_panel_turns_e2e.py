@@ -1,0 +1,42 @@
+"""The later-turn probe panel inside a training run: FrozenLake (start and goal never move), so
+``monitor.alert_instrument=auto`` reads the later turns; the scripted openings reach the workers
+and every measurement writes ``collapse/panel/turns/*`` and ``panel/turns/step_*.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.runs import ONE_RANK, rows, small
+
+pytestmark = pytest.mark.e2e
+
+
+def test_later_turn_panel_measures_fixed_mid_episode_states(ray_session, tiny_model_path,
+                                                             tmp_path):
+    from ragen2.train import load_config, train
+
+    run = tmp_path / "run"
+    cfg = load_config(small(tiny_model_path, ONE_RANK, "trainer.total_steps=1", "monitor.every=1",
+                            "monitor.panel_size=6", "monitor.panel_samples=2",
+                            "monitor.panel_bootstrap=20", "monitor.panel_permutations=20"))
+    train(cfg, run)
+    assert "collapse alert and diagnosis read the later turns MI" in (run / "train.log").read_text()
+    r = rows(run)
+    for step in (0, 1):
+        assert r[step]["collapse/panel/turns/turn"] == 2.0  # 2 scripted turns, then the policy's
+        assert "collapse/panel/n_prompts" in r[step]  # the first-turn panel is kept as it was
+        assert r[step]["timing/panel_turns_s"] > 0
+        if r[step]["collapse/panel/turns/n_prompts"] >= 2:
+            n = r[step]["collapse/panel/turns/n_prompts"]
+            assert r[step]["collapse/panel/turns/mi_bound"] == pytest.approx(math.log(n))
+            assert "collapse/panel/turns/mi_floor" in r[step]
+    records = [json.loads(line) for line in
+               (run / "panel" / "turns" / "step_000000.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and all(len(rec["opening"]) == 2 for rec in records)
+    assert len({rec["prompt"] for rec in records}) == 6  # distinct mid-episode states
+    later = [json.loads(line) for line in
+             (run / "panel" / "turns" / "step_000001.jsonl").read_text().splitlines()]
+    assert [rec["opening"] for rec in later] == [rec["opening"] for rec in records]  # fixed
