@@ -17,8 +17,9 @@ A job with a corrupt file keeps its row ("—" where unreadable) and gets a warn
 ``--group-by KEY[,KEY...]`` (swept override keys, e.g. ``filter.value``; ``ragen2.analysis.arms``):
 jobs with the same values of those keys form an arm; per arm, mean ± std (min–max) over its jobs
 (the seeds) of final success, final MI, final retrieval@1, final token entropy, mean kept ratio,
-mean reward spread and mean step time; the per-run Spearman correlations of ``ragen2.analysis.study``
-(MI vs held-out success, token entropy vs held-out success, ...) over the points of all jobs.
+mean reward spread and mean step time; the Spearman correlations of ``ragen2.analysis.study``
+(MI vs held-out success, token entropy vs held-out success, ...) within each job, summarised by
+the median over jobs with a bootstrap interval over jobs.
 Added to sweep_report.md / .json and printed; ``sweep_curves.png`` overlays the arms' curves
 (mean line, min–max band) and ``sweep_scatter.png`` shows the correlated points.
 A missing or job-less SWEEP_DIR, or a group-by key no job overrides: one line on stderr and
