@@ -302,6 +302,9 @@ def curves_figure(study: dict[RunKey, Metrics]):
             if shown or bound:
                 ax.set_ylim(*mi_ylim(shown + bound))
             title += "\n(dotted: floor, null q95; grey dashed: bound log N)"
+        if not ax.get_lines():
+            ax.text(0.5, 0.5, f"not logged ({SERIES[name]})", ha="center", va="center",
+                    transform=ax.transAxes, fontsize="small", color="0.4")
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
