@@ -8,7 +8,9 @@ plots.py         the PNG panels of ``ragen2-analyze`` (matplotlib Agg canvas)
 sweep_report.py  ``ragen2-sweep-report SWEEP_DIR``: one markdown / JSON row per Hydra job + chart;
                  ``--group-by``: per-arm table and correlations (arms.py)
 arms.py          jobs of a sweep grouped into arms by override values, summarised with study.py
-study.py         arms x seeds: run summaries, arm tables, Spearman correlations, curves with bands
+study.py         arms x seeds: run summaries, arm tables, per-run Spearman correlations summarised
+                 over runs, arm differences, curves with bands (MI with its bound and floor)
+run_stats.py     statistics over runs: bootstrap intervals over runs, arm differences over seeds
 report.py        ``ragen2-report PATH``: a self-contained HTML page of a run (report_run.py) or of
                  a sweep (report_sweep.py); report_figures.py, report_samples.py, html.py
 

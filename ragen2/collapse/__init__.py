@@ -6,6 +6,10 @@ plugin.py     reasoning_signatures (n-gram clustering), plugin_mutual_informatio
               plugin_permutation_floor (text only, offline)
 diagnosis.py  diagnose -> Diagnosis(label, evidence, code): healthy / template_collapse /
               overfitting / underfitting
+monitor.py    the per-batch monitor (first turn, later turns, action MI)
+panel.py      the fixed probe panel (first turns); panel_turns.py: its later turns at fixed
+              mid-episode states; instrument.py: which of them the alert and the diagnosis read
+alert.py      the collapse alert
 """
 
 from ragen2.collapse.diagnosis import (
