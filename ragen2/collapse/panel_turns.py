@@ -91,18 +91,20 @@ def script_opening(env: Any, seed: int, turns: int, random_prob: float
 
 def choose_turn_panel(envs: Sequence[tuple[str, int]],
                       play: Callable[[str, int], tuple[tuple[str, ...], str] | None],
-                      tries_per_prompt: int = 8) -> list[TurnPanelPrompt]:
+                      tries_per_prompt: int = 8, give_up_after: int = 8) -> list[TurnPanelPrompt]:
     """The later-turn panel: for each ``(env name, count)``, the first ``count`` panel seeds
     (``seeding.panel_seed(0)``, ``(1)``, ... per env) whose scripted opening ``play(env, seed)``
     keeps the episode going and reaches an observation no earlier prompt has. A seed on which
     ``play`` raises is skipped; an env that cannot give ``count`` prompts within
-    ``tries_per_prompt * count`` seeds gives what it has (logged at info level: single-turn envs
-    give none by design)."""
+    ``tries_per_prompt * count`` seeds gives what it has, and one whose first ``give_up_after``
+    seeds gave none is given up (a single-answer env, whose every opening ends the episode, costs
+    that many env episodes at start-up, not ``tries_per_prompt * count``; logged at info level)."""
     chosen: list[TurnPanelPrompt] = []
     seen: set[str] = set()
     for env, count in envs:
         found, index, ended, first_error = 0, 0, 0, None
-        while found < count and index < tries_per_prompt * count:
+        while (found < count and index < tries_per_prompt * count
+               and (found or index < give_up_after)):
             seed = seeding.panel_seed(index)
             index += 1
             try:

@@ -85,7 +85,9 @@ def test_choose_turn_panel_skips_ended_repeated_and_failing_seeds():
     assert got == [TurnPanelPrompt("fl", base, "obs A", ("a",)),
                    TurnPanelPrompt("fl", base + 4, "obs C", ("c",)),
                    TurnPanelPrompt("fl", base + 5, "obs D", ("d",))]
-    assert choose_turn_panel([("fl", 2)], lambda e, s: None) == []  # single-turn env: none
+    calls = []
+    assert choose_turn_panel([("fl", 32)], lambda e, s: calls.append(s)) == []  # single-turn env
+    assert len(calls) == 8  # given up after 8 seeds, not 8 x 32
 
 
 def _traj(group, ids, spans, err=None):
