@@ -19,8 +19,8 @@ def test_later_turn_panel_measures_fixed_mid_episode_states(ray_session, tiny_mo
     from ragen2.train import load_config, train
 
     run = tmp_path / "run"
-    cfg = load_config(small(tiny_model_path, ONE_RANK, "trainer.total_steps=1", "monitor.every=1",
-                            "monitor.panel_size=6", "monitor.panel_samples=2",
+    cfg = load_config(small(tiny_model_path, ONE_RANK, "engine=hf", "trainer.total_steps=1",
+                            "monitor.every=1", "monitor.panel_size=6", "monitor.panel_samples=2",
                             "monitor.panel_bootstrap=20", "monitor.panel_permutations=20"))
     train(cfg, run)
     assert "collapse alert and diagnosis read the later turns MI" in (run / "train.log").read_text()
