@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def summarise_over_runs(values: Sequence[float | None], resamples: int = 2000,
 
 def arm_difference(a: Sequence[float | None], b: Sequence[float | None], statistic: str = "mean",
                    resamples: int = 2000, level: float = 0.95, seed: int = 0
-                   ) -> dict[str, float | int | None]:
+                   ) -> dict[str, Any]:
     """``statistic(a) - statistic(b)`` over the two arms' runs (one value per seed), with a
     percentile-bootstrap interval resampling each arm's runs independently (the same generator,
     ``a`` first). ``diff`` None when an arm has no value; ``lo`` / ``hi`` None when an arm has
@@ -101,7 +102,7 @@ def arm_difference(a: Sequence[float | None], b: Sequence[float | None], statist
     _check(statistic, resamples, level)
     xa, xb = _values(a, "a"), _values(b, "b")
     stat = STATISTICS[statistic]
-    out: dict[str, float | int | None] = {
+    out: dict[str, Any] = {
         "diff": float(stat(xa) - stat(xb)) if len(xa) and len(xb) else None,
         "a": float(stat(xa)) if len(xa) else None, "b": float(stat(xb)) if len(xb) else None,
         "lo": None, "hi": None, "n_a": int(len(xa)), "n_b": int(len(xb)), "statistic": statistic}
