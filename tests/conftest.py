@@ -57,19 +57,14 @@ def four_steps(ray_session, tiny_model_path, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def hf_ppo_mixed(ray_session, tiny_model_path, tmp_path_factory):
-    """One tier-2 run for several tests: the HF engine, algorithm=ppo (value model + GAE, a frozen
-    reference for k3 KL) on a mix of envs (Sokoban 50% / FrozenLake 25% / Math 25%), evaluated on
-    envs never trained on, two learner ranks, a checkpoint every step."""
+    """One tier-2 run for several tests (its config: ``tests.runs.hf_ppo_mixed``): the HF engine,
+    PPO with a critic and a KL reference, a mix of envs, 4 steps, a checkpoint every step; also
+    the uninterrupted reference of the kill -9 test."""
     from ragen2.train import load_config, train
-    from tests.runs import small
+    from tests.runs import hf_ppo_mixed as config
 
     run = tmp_path_factory.mktemp("hf_ppo_mixed")
-    train(load_config(small(tiny_model_path, "engine=hf", "algorithm=ppo", "algorithm.kl_coef=0.05",
-                            "env=mixed", "rollout.env_groups=4", "rollout.group_size=2",
-                            "trainer.total_steps=2", "trainer.save_every=1",
-                            "env.eval.frozenlake6.id=ragen2/FrozenLake-v0",
-                            "env.eval.frozenlake6.kwargs.size=6", "env.eval.math3.id=ragen2/Math-v0",
-                            "env.eval.math3.kwargs.difficulty=3")), run)
+    train(load_config(config(tiny_model_path)), run)
     return run
 
 

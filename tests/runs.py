@@ -30,6 +30,18 @@ def small(model_path: str, *extra: str) -> list[str]:
     return ["model=hf", f"model.path={model_path}", "recipe=tiny", *SMALL, *extra]
 
 
+def hf_ppo_mixed(model_path: str, *extra: str) -> list[str]:
+    """The shared tier-2 run's config (tests/conftest.py ``hf_ppo_mixed``, and the command line of
+    tests/test_kill_resume.py): the HF engine, algorithm=ppo (value model + GAE, a frozen
+    reference for k3 KL) on a mix of envs (Sokoban 50% / FrozenLake 25% / Math 25%), evaluated on
+    envs never trained on, two learner ranks, 4 steps, a checkpoint every step."""
+    return small(model_path, "engine=hf", "algorithm=ppo", "algorithm.kl_coef=0.05", "env=mixed",
+                 "rollout.env_groups=4", "rollout.group_size=2", "trainer.total_steps=4",
+                 "trainer.save_every=1", "env.eval.frozenlake6.id=ragen2/FrozenLake-v0",
+                 "env.eval.frozenlake6.kwargs.size=6", "env.eval.math3.id=ragen2/Math-v0",
+                 "env.eval.math3.kwargs.difficulty=3", *extra)
+
+
 def rows(run_dir: Path) -> dict[int, dict]:
     """``{step: metrics row}`` of a run's metrics.jsonl."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()

@@ -17,11 +17,11 @@ def test_ppo_with_critic_and_kl_to_reference(hf_ppo_mixed):
     learner loaded from such a checkpoint makes the same next update:
     tests/learner/test_rank_options.py::test_ppo_checkpoint_with_critic_and_reference_resumes_exactly.)"""
     r = rows(hf_ppo_mixed)
-    for step in (1, 2):
+    for step in range(1, 5):
         assert r[step]["critic/vf_loss"] >= 0 and "actor/kl_loss" in r[step]
         assert r[step]["actor/logprob_gap"] < 1e-3
         assert r[step]["actor/policy_version"] == step
-    ckpt = hf_ppo_mixed / "checkpoints" / "step_000002"
+    ckpt = hf_ppo_mixed / "checkpoints" / "step_000004"
     assert {"policy.pt", "critic.pt", "ref.pt", "trainer_state.json"} <= {p.name for p in ckpt.iterdir()}
 
 
@@ -29,15 +29,15 @@ def test_mixed_envs_train_with_per_env_metrics(hf_ppo_mixed):
     """A mix of envs in one run (tests/conftest.py's shared ``hf_ppo_mixed``), evaluated on envs
     never trained on, with per-env metrics."""
     r = rows(hf_ppo_mixed)
-    for step in (1, 2):
+    for step in range(1, 5):
         for name in ("sokoban", "frozenlake", "math"):
             assert f"rollout/{name}/success" in r[step] and f"rollout/{name}/env_errors" in r[step]
         assert 0 <= r[step]["rollout/success"] <= 1 and r[step]["rollout/env_errors"] == 0
     # groups by share: 2 Sokoban, 1 FrozenLake, 1 Math; evaluated before RL and at the end
-    for step in (0, 2):
+    for step in (0, 4):
         assert {"eval/frozenlake6/success", "eval/math3/success", "eval/success"} <= set(r[step])
         assert not any(k.startswith("eval/sokoban") for k in r[step])
-    samples = [json.loads(x) for x in (hf_ppo_mixed / "samples" / "eval_step_000002.jsonl").read_text().splitlines()]
+    samples = [json.loads(x) for x in (hf_ppo_mixed / "samples" / "eval_step_000004.jsonl").read_text().splitlines()]
     assert {s["env"] for s in samples} == {"frozenlake6", "math3"}
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import small
+from tests.runs import hf_ppo_mixed
 
 pytestmark = pytest.mark.e2e
 psutil = pytest.importorskip("psutil")
@@ -31,7 +31,7 @@ TAG = "RAGEN2_TEST_RUN_TAG"
 
 def _cli(tiny_model_path: str, run_dir: Path, tag: str, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "ragen2.train",
-           *small(tiny_model_path, "trainer.total_steps=4", "trainer.save_every=1"),
+           *hf_ppo_mixed(tiny_model_path),
            f"hydra.run.dir={run_dir}", *extra]
     with open(f"{run_dir}.log", "a") as log:  # the child keeps its own descriptor
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -86,10 +86,12 @@ def _comparable(row: dict) -> dict:
             if not k.startswith("timing/") and k not in ("warm_start/cached",)}
 
 
-def test_kill_9_then_resume_continues_the_same_run(four_steps, tiny_model_path, tmp_path):
-    """Own run: it kills its own process group. The reference is the uninterrupted in-process run of the same config (``four_steps``); the
-    killed and the resumed runs go through the CLI as a user runs them."""
-    reference, run = four_steps, tmp_path / "run"
+def test_kill_9_then_resume_continues_the_same_run(hf_ppo_mixed, tiny_model_path, tmp_path):
+    """Own run: it kills its own process group. The reference is the uninterrupted in-process run
+    of the same config (the shared ``hf_ppo_mixed``: the HF engine, PPO with a critic and a KL
+    reference, mixed envs); the killed and the resumed runs go through the CLI as a user runs
+    them."""
+    reference, run = hf_ppo_mixed, tmp_path / "run"
 
     tag = uuid.uuid4().hex
     p = _cli(tiny_model_path, run, tag)

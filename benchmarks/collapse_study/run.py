@@ -51,7 +51,11 @@ VARIANTS = {
                      "trainer.warm_start.lr=3e-3", "trainer.warm_start.random_action_prob=0"],
 }
 FULL = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5, "seeds": [0, 1, 2]}
-QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0]}
+# the CI smoke test of this script: every arm and the whole analysis, at the smallest budget that
+# still has a warm-started policy and a probe panel to measure
+QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0],
+         "extra": ["trainer.warm_start.episodes=64", "monitor.panel_size=4",
+                   "monitor.panel_samples=2"]}
 
 
 #: the default job's batch and warm start as they were when the committed results were measured
@@ -64,7 +68,7 @@ def overrides(arm: str, seed: int, s: dict) -> list[str]:
             f"trainer.total_steps={s['steps']}",
             f"trainer.eval_every={s['eval_every']}", f"trainer.eval_episodes={s['eval_episodes']}",
             f"monitor.every={s['monitor_every']}", "trainer.save_every=0",
-            "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]"]
+            "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]", *s.get("extra", [])]
 
 
 def run_one(arm: str, seed: int, s: dict, run_dir: Path) -> dict:
