@@ -11,6 +11,8 @@ its module is imported. `instructions`, `valid_actions` and `demonstration()` ar
 
 from __future__ import annotations
 
+import string
+
 import gymnasium as gym
 from gymnasium import spaces
 
@@ -27,8 +29,10 @@ class CorridorEnv(gym.Env):
         if length < 2:
             raise ValueError(f"length must be >= 2, got {length}")
         self.length, self.max_steps = length, max_steps
-        self.observation_space = spaces.Text(max_length=256)
-        self.action_space = spaces.Text(max_length=32)
+        # Text's default charset is letters and digits only: the board's spaces, "_" and "\n"
+        # would make Gymnasium's env checker warn on every reset and step
+        self.observation_space = spaces.Text(max_length=256, charset=string.printable)
+        self.action_space = spaces.Text(max_length=32, min_length=0, charset=string.printable)
         self.pos = self.goal = self.steps = 0
 
     def _obs(self) -> str:
