@@ -16,6 +16,8 @@ pytestmark = pytest.mark.e2e
 
 def test_later_turn_panel_measures_fixed_mid_episode_states(ray_session, tiny_model_path,
                                                              tmp_path):
+    """Own run: the shared runs turn the probe panel off (tests.runs.SMALL: it costs 20x a step
+    there), and this one needs both panels on at every step, on FrozenLake (about 25 s)."""
     from ragen2.train import load_config, train
 
     run = tmp_path / "run"
