@@ -59,6 +59,7 @@ SERIES = {
 #: name -> (x series, y series): what is correlated with what
 CORRELATIONS = {
     "mi_vs_success": ("mi", "success"),
+    "panel_turns_mi_vs_success": ("panel_turns_mi", "success"),  # the later-turn probe panel
     "retrieval_vs_success": ("retrieval_acc", "success"),
     "h_cond_vs_success": ("h_cond", "success"),
     "entropy_vs_success": ("token_entropy", "success"),
