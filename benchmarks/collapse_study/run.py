@@ -165,7 +165,9 @@ def write_examples(out: Path, rows: list[dict], dirs: dict) -> None:
     from ragen2.analysis.study import reasoning_examples
 
     scored = [r for r in rows if r.get("final_mi") is not None]
-    if not scored:
+    if not scored:  # said, not left out: a reader of the folder sees why there are no examples
+        (out / "examples.md").write_text("# Reasoning examples\n\nNo run logged a first-turn MI "
+                                         "(no monitor step with first-turn reasoning).\n")
         return
     lines = ["# Reasoning examples", "",
              ("First-turn `<think>` text at the first and the last saved step, distinct prompts "
