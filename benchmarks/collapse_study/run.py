@@ -1,27 +1,35 @@
-"""The collapse study: RAGEN-2's central claims in miniature on the CPU (tiny model, FrozenLake).
+"""The collapse study: RAGEN-2's signature in miniature on the CPU (tiny model, FrozenLake, Sokoban).
 
-Arms (the same steps and rollouts per step in every arm; filtering trains on fewer of them):
+Two designs (``--design``):
 
-* ``none``: GRPO, no filtering;
-* ``top_p``: top-p SNR filtering on group reward spread (p = 0.9, zero-spread groups dropped);
-* ``tiered``: tiered SNR filtering (priority pool, low/high weights, hotter sampling of
-  low-spread prompts);
-* ``reg`` (optional, ``--arms reg``): no filtering with a strong entropy bonus and KL term, the
-  regulariser-heavy baseline.
+* ``v2`` (default; pre-registered in README.md "Study 2", results in ``results_v2/``): today's
+  default job (16 groups x 4 rollouts, 3-epoch warm start), five arms -- ``none``, ``top_p``
+  (``filter=ragen2_paper``, RAGEN-2's top-p), ``none_ent`` and ``top_p_ent`` (the same with the
+  entropy bonus :data:`ENTROPY_COEF`, chosen by the gradient-SNR measurement ``--measure-entropy``)
+  and ``tiered`` -- on seeds k = 0, 1, 2, each run with warm-start seed k and RL seed k (every arm
+  of a seed starts from the same warm start: arms are compared seed by seed). 40 steps, held-out
+  success every 10 steps on 128 episodes, the MI monitor and its probe panels (first turn and
+  later turns) every 5, the gradient-SNR diagnostic every 5, every batch saved. The hypotheses
+  (:data:`HYPOTHESES`) are evaluated by :mod:`ragen2.analysis.hypotheses`.
+* ``v1``: the study committed on 2026-11-30 in ``results/`` (superseded; README "Study 1"):
+  8 groups, 1-epoch warm start, arms none / top_p / tiered (+ reg), one warm start for all.
 
-Every run is ``ragen2-train`` from the default job's cached warm start, for ``--seeds`` seeds:
-held-out success every ``eval_every`` steps on ``eval_episodes`` held-out seeds, the MI monitor
-every 5 steps (so every evaluation step has both), each step's batch saved. Then
-:mod:`ragen2.analysis.study` writes ``results.json`` (per-run rows, per-arm means, Spearman
-correlations per run summarised over runs, arm differences against ``none`` with bootstrap
-intervals over seeds, a headline), ``curves.png``, ``scatter.png`` and ``examples.md`` to ``--out``.
+Every run is ``ragen2-train`` in its own process. Caches are cold: each seed's caches (tiny
+model, warm start, vLLM, inductor) live in a fresh folder under ``--cache-root`` emptied when an
+invocation starts, so the first run of a seed in a sitting builds its warm start and the seed's
+other arms load it (``warm_start_built`` in each run's row). Runs already recorded in
+``results.json`` with exit 0, the same overrides and a ``summary.json`` are skipped (``--rerun``
+repeats them), so one study is gathered over several sittings; ``results.json`` is rewritten after
+every run. A run interrupted mid-way is started again from scratch.
 
 Usage::
 
-    python benchmarks/collapse_study/run.py                 # 3 arms x 3 seeds x 40 steps (38 min)
+    python benchmarks/collapse_study/run.py --measure-entropy   # the gradient-SNR measurement
+    python benchmarks/collapse_study/run.py                 # v2: 5 arms x 3 seeds x 40 steps
+    python benchmarks/collapse_study/run.py --variant sokoban --arms none   # Sokoban, tiny model
     python benchmarks/collapse_study/run.py --quick         # 3 arms x 1 seed x 2 steps (smoke test)
     python benchmarks/collapse_study/run.py --analyze-only  # redo the analysis of existing runs
-    python benchmarks/collapse_study/run.py --arms reg      # add an arm; earlier arms' runs are kept
+    python benchmarks/collapse_study/run.py --design v1     # the superseded 2026-11-30 study
 """
 
 from __future__ import annotations
@@ -30,64 +38,153 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ARMS = {"none": ["filter=none"], "top_p": ["filter=top_p"], "tiered": ["filter=tiered"],
-        # optional: strong input-agnostic regularisers (an entropy bonus and a KL pull to the warm
-        # start) that dominate the gradient when most groups have no reward spread
-        "reg": ["filter=none", "algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.1"]}
-DEFAULT_ARMS = ["none", "top_p", "tiered"]
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+from robustness import cold_env  # noqa: E402  (benchmarks/robustness.py: every cache under one folder)
+
+#: the entropy bonus of the ``*_ent`` arms: the smallest coefficient at which the entropy term's
+#: gradient norm in zero-spread groups reaches the task gradient norm of the highest-spread bucket
+#: at the warm start (README "Study 2", measured by ``--measure-entropy``; results/
+#: entropy_coef.json). None until measured: the ``*_ent`` arms refuse to run.
+ENTROPY_COEF: float | None = None
+
+
+def _ent() -> str:
+    if ENTROPY_COEF is None:
+        raise SystemExit("ENTROPY_COEF is not set: run --measure-entropy first and commit its value "
+                         "(README 'Study 2', the pre-registered rule)")
+    return f"algorithm.entropy_coef={ENTROPY_COEF}"
+
+
+#: arm -> its overrides (a callable: evaluated when the arm runs)
+ARMS_V2 = {"none": lambda: ["filter=none"],
+           "top_p": lambda: ["filter=ragen2_paper"],
+           "none_ent": lambda: ["filter=none", _ent()],
+           "top_p_ent": lambda: ["filter=ragen2_paper", _ent()],
+           "tiered": lambda: ["filter=tiered"]}
+ARMS_V1 = {"none": lambda: ["filter=none"], "top_p": lambda: ["filter=top_p"],
+           "tiered": lambda: ["filter=tiered"],
+           # strong input-agnostic regularisers (an entropy bonus and a KL pull to the warm start)
+           "reg": lambda: ["filter=none", "algorithm.entropy_coef=0.05", "algorithm.kl_coef=0.1"]}
 #: the task every arm trains on: overrides added to every run (``--variant``)
 VARIANTS = {
-    "default": [],  # the default job (at STUDY_BASE): FrozenLake 4x4, fixed start and goal
-    # start and goal drawn per seed and stated in the prompt, and a warm start long enough for the
-    # tiny model to copy them into its reasoning: first-turn MI starts at its bound log N
+    "default": [],  # the default job: FrozenLake 4x4, fixed start and goal
+    # v1 only: start and goal drawn per seed and stated in the prompt, and a warm start long enough
+    # for the tiny model to copy them into its reasoning: first-turn MI starts at its bound log N
     "random_start": ["env.kwargs.random_start_goal=true", "trainer.warm_start.episodes=2048",
                      "trainer.warm_start.epochs=2", "trainer.warm_start.batch_size=16",
                      "trainer.warm_start.lr=3e-3", "trainer.warm_start.random_action_prob=0"],
+    "sokoban": ["env=sokoban"],  # v2: text Sokoban (env/sokoban.yaml), the tiny model's recipe
 }
-FULL = {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5, "seeds": [0, 1, 2]}
-# the CI smoke test of this script: every arm and the whole analysis, at the smallest budget that
-# still has a warm-started policy and a probe panel to measure
-QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "seeds": [0],
+DESIGNS = {
+    "v2": {"arms": ARMS_V2, "default_arms": list(ARMS_V2), "results": "results_v2",
+           "full": {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5,
+                    "grad_snr_every": 5, "seeds": [0, 1, 2]},
+           # today's default job; each seed k its own warm start (warm-start seed k, RL seed k)
+           "base": [], "warm_seed": True},
+    "v1": {"arms": ARMS_V1, "default_arms": ["none", "top_p", "tiered"], "results": "results",
+           "full": {"steps": 40, "eval_every": 10, "eval_episodes": 128, "monitor_every": 5,
+                    "seeds": [0, 1, 2]},
+           # the default job's batch and warm start as they were on 2026-11-30 (issue 14 then made
+           # the default 16 groups and 3 warm-start epochs); one warm start (seed 0) for every run
+           "base": ["rollout.env_groups=8", "trainer.warm_start.epochs=1"], "warm_seed": False},
+}
+# the CI smoke test of this script: three kinds of arm and the whole analysis, at the smallest
+# budget that still has a warm-started policy and a probe panel to measure
+QUICK = {"steps": 2, "eval_every": 1, "eval_episodes": 8, "monitor_every": 1, "grad_snr_every": 1,
+         "seeds": [0], "arms": ["none", "top_p", "tiered"],
          "extra": ["trainer.warm_start.episodes=64", "monitor.panel_size=4",
                    "monitor.panel_samples=2"]}
 
 
-#: the default job's batch and warm start as they were when the committed results were measured
-#: (issue 14 then made the default 16 groups and 3 warm-start epochs): the study stays reproducible
-STUDY_BASE = ["rollout.env_groups=8", "trainer.warm_start.epochs=1"]
+def hypotheses():
+    """Study 2's pre-registered hypotheses (README "Study 2"; the same text, as code)."""
+    from ragen2.analysis.hypotheses import Change, Ratio, Tracks
+
+    mi = "panel_turns_mi"  # the primary instrument: the later-turn probe panel (fixed states)
+    return [
+        Change("H1a", "under the entropy bonus, the unfiltered arm's later-turn panel MI falls "
+               "more than without it", arm="none_ent", baseline="none", metric=mi,
+               direction="negative"),
+        Change("H1b", "under the entropy bonus, the unfiltered arm's later-turn retrieval@1 "
+               "(training batch) falls more than without it", arm="none_ent", baseline="none",
+               metric="turns_retrieval", direction="negative"),
+        Change("H1c", "under the entropy bonus, the unfiltered arm's token entropy falls "
+               "(H1 predicts it does not: 'supported' here would go against H1)",
+               arm="none_ent", metric="token_entropy", direction="negative"),
+        Change("H2a", "under the same bonus, the paper's top-p filter holds the later-turn panel "
+               "MI better than no filter", arm="top_p_ent", baseline="none_ent", metric=mi,
+               direction="positive"),
+        Change("H2b", "under the same bonus, top-p holds later-turn retrieval@1 better than no "
+               "filter", arm="top_p_ent", baseline="none_ent", metric="turns_retrieval",
+               direction="positive"),
+        Tracks("H3a", "the later-turn panel MI tracks held-out success better than token "
+               "entropy does (per run: rho(MI, success) - |rho(entropy, success)|)",
+               x=mi, than="token_entropy"),
+        Tracks("H3b", "later-turn retrieval@1 tracks held-out success better than token entropy",
+               x="turns_retrieval", than="token_entropy"),
+        Ratio("H4a", "top-p filtering shortens steps (no bonus)", arm="top_p", baseline="none"),
+        Ratio("H4b", "top-p filtering shortens steps (with the bonus)", arm="top_p_ent",
+              baseline="none_ent"),
+    ]
 
 
 def overrides(arm: str, seed: int, s: dict) -> list[str]:
-    return [*STUDY_BASE, *VARIANTS[s["variant"]], *ARMS[arm], f"seed={seed}",
+    d = DESIGNS[s["design"]]
+    seeds = [f"seed={seed}"] + ([f"trainer.warm_start.seed={seed}"] if d["warm_seed"] else [])
+    grad = [f"monitor.grad_snr_every={s['grad_snr_every']}"] if s.get("grad_snr_every") else []
+    return [*d["base"], *VARIANTS[s["variant"]], *d["arms"][arm](), *seeds,
             f"trainer.total_steps={s['steps']}",
             f"trainer.eval_every={s['eval_every']}", f"trainer.eval_episodes={s['eval_episodes']}",
-            f"monitor.every={s['monitor_every']}", "trainer.save_every=0",
+            f"monitor.every={s['monitor_every']}", *grad, "trainer.save_every=0",
             "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]", *s.get("extra", [])]
 
 
-def run_one(arm: str, seed: int, s: dict, run_dir: Path) -> dict:
-    """``ragen2-train`` in a subprocess (its own Ray session); returns wall time and exit code."""
+def git_commit() -> str | None:
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                       text=True, check=False)
+    return r.stdout.strip() or None
+
+
+def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path) -> dict:
+    """``ragen2-train`` in a subprocess (its own Ray session, caches under ``cache``); returns its
+    bookkeeping row (wall time, exit code, whether it built the warm start)."""
     cmd = [str(Path(sys.executable).with_name("ragen2-train")), *overrides(arm, seed, s),
            f"hydra.run.dir={run_dir}"]
+    if run_dir.exists():  # an interrupted earlier attempt: start again
+        shutil.rmtree(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=cold_env(cache),
+                            cwd=ROOT, check=False).returncode
     wall = time.perf_counter() - t0
+    step0 = {}
+    if (run_dir / "metrics.jsonl").exists():
+        first = (run_dir / "metrics.jsonl").read_text().split("\n", 1)[0]
+        step0 = json.loads(first) if first.strip() else {}
+    built = step0.get("warm_start/cached") == 0.0 if "warm_start/cached" in step0 else None
     print(f"  {arm} seed {seed}: exit {rc}, {wall:.0f} s", flush=True)
-    return {"arm": arm, "seed": seed, "returncode": rc, "wall_s": wall, "overrides": overrides(arm, seed, s)}
+    return {"arm": arm, "seed": seed, "returncode": rc, "wall_s": wall,
+            "overrides": overrides(arm, seed, s), "commit": git_commit(),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "warm_start_built": built,
+            "load_avg_1m_after": os.getloadavg()[0]}
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None = None) -> str:
+def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None = None,
+             default_arms: list[str] | None = None) -> str:
     from ragen2.analysis.study import series
 
     def rho(c: dict) -> str:  # the median of the per-run rhos, its bootstrap interval over runs
@@ -100,7 +197,7 @@ def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None =
         return f"MI {rho(cs['mi_vs_success'])}, token entropy {rho(cs['entropy_vs_success'])}"
 
     if corr_default:
-        parts = [f"per-run Spearman vs held-out success, {'/'.join(DEFAULT_ARMS)} runs: "
+        parts = [f"per-run Spearman vs held-out success, {'/'.join(default_arms or [])} runs: "
                  f"{both(corr_default)}",
                  f"all runs: {both(corr)}"]
     else:
@@ -123,15 +220,17 @@ def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None =
 
 def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     from ragen2.analysis import study
+    from ragen2.analysis.hypotheses import evaluate
 
+    design = DESIGNS[settings.get("design", "v1")]
     dirs = {(r["arm"], r["seed"]): out / "runs" / f"{r['arm']}_s{r['seed']}" for r in runs
             if r["returncode"] == 0}
     metrics = study.load_study(dirs)
     summaries = study.load_summaries(dirs)
     order = list(settings.get("arms", {}))
     rows = []
-    for r in sorted(runs, key=lambda r: (order.index(r["arm"]) if r["arm"] in order else len(order),
-                                         r["seed"])):
+    for r in sorted(runs, key=lambda r: (r["seed"], order.index(r["arm"]) if r["arm"] in order
+                                         else len(order))):
         key = (r["arm"], r["seed"])
         row = {**r}
         if key in metrics:
@@ -140,22 +239,28 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     corr = study.correlations(metrics)
     by_arm = {arm: study.correlations({k: m for k, m in metrics.items() if k[0] == arm})
               for arm in dict.fromkeys(a for a, _ in metrics)}
-    default = {k: m for k, m in metrics.items() if k[0] in DEFAULT_ARMS}
+    default = {k: m for k, m in metrics.items() if k[0] in design["default_arms"]}
     corr_default = study.correlations(default) if default and len(default) < len(metrics) else None
     table = study.arm_table([r for r in rows if r["returncode"] == 0])
     # arm minus none, mean over seeds, with a bootstrap interval over the runs (seeds)
     diffs = study.arm_differences([r for r in rows if r["returncode"] == 0 and "arm" in r], "none")
+    tested = ([evaluate(metrics, h) for h in hypotheses()]
+              if settings.get("design") == "v2" and not settings.get("quick") else [])
     plots = study.write_plots(metrics, corr, out) if metrics else []
     result = {"settings": settings, "machine": {"python": platform.python_version(),
                                                 "cpus": os.cpu_count()},
               "runs": rows, "arms": table, "spearman": corr,
               **({"spearman_default_arms": corr_default} if corr_default else {}),
               "spearman_by_arm": by_arm, "arm_differences_vs_none": diffs,
-              "headline": headline(table, corr, metrics, corr_default),
+              **({"hypotheses": tested} if tested else {}),
+              "headline": headline(table, corr, metrics, corr_default, design["default_arms"]),
               "plots": [p.name for p in plots]}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     write_examples(out, rows, dirs)
     print(result["headline"], flush=True)
+    for h in tested:
+        print(f"  {h['id']}: effect {fmt(h['effect'])} [{fmt(h['lo'])}, {fmt(h['hi'])}] "
+              f"over {h['n']} -> {h['verdict']}", flush=True)
     return result
 
 
@@ -188,40 +293,120 @@ def write_examples(out: Path, rows: list[dict], dirs: dict) -> None:
     (out / "examples.md").write_text("\n".join(lines))
 
 
+def measure_entropy(out: Path, seeds: list[int], cache_root: Path) -> dict:
+    """The pre-registered choice of the entropy coefficient (README "Study 2"): at each seed's
+    warm start (step 1, before any update), the gradient-SNR diagnostic on a batch of 64 groups x
+    4 rollouts (the default's policy and protocol, 4x the groups: more zero-spread groups to
+    measure); per seed c = task_norm(highest-spread bucket) / entropy_norm_raw(zero-spread
+    bucket); the coefficient is the median over seeds, rounded up to 2 significant digits."""
+    import math
+
+    rows = []
+    for seed in seeds:
+        run_dir = out / "entropy_measurement" / f"s{seed}"
+        cache = cache_root / f"s{seed}"
+        cmd = [str(Path(sys.executable).with_name("ragen2-train")), f"seed={seed}",
+               f"trainer.warm_start.seed={seed}", "trainer.total_steps=1", "rollout.env_groups=64",
+               "monitor.grad_snr_every=1", "monitor.panel_size=0", "trainer.eval_every=0",
+               "trainer.eval_episodes=32",
+               "trainer.save_every=0", "trainer.loggers=[jsonl]", f"hydra.run.dir={run_dir}"]
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(run_dir.parent / f"s{seed}.log", "w") as log:
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=cold_env(cache),
+                                cwd=ROOT, check=False).returncode
+        if rc:
+            raise SystemExit(f"the measurement run of seed {seed} failed (exit {rc}): "
+                             f"{run_dir.parent / f's{seed}.log'}")
+        m = next(json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(x)["step"] == 1)
+        g = {k.split("/")[1]: None for k in m if k.startswith("grad_snr/b")}
+        top = max(int(b[1:]) for b in g)
+        task, ent = m.get(f"grad_snr/b{top}/task_norm"), m.get("grad_snr/b0/entropy_norm_raw")
+        rows.append({"seed": seed, "top_bucket": top, "task_norm_top": task,
+                     "entropy_norm_raw_b0": ent,
+                     "reward_std_per_bucket": {b: m.get(f"grad_snr/{b}/reward_std") for b in sorted(g)},
+                     "zero_std_group_frac": m.get("rollout/zero_std_group_frac"),
+                     "coef": None if not task or not ent else task / ent,
+                     "grad_snr": {k: v for k, v in m.items() if k.startswith("grad_snr/")}})
+        print(f"  seed {seed}: task norm (b{top}) {task}, entropy norm (b0) {ent}", flush=True)
+    coefs = sorted(r["coef"] for r in rows if r["coef"] is not None)
+    if not coefs:
+        raise SystemExit("no seed had both a zero-spread bucket and a bucket with spread")
+    med = coefs[len(coefs) // 2] if len(coefs) % 2 else (coefs[len(coefs) // 2 - 1] + coefs[len(coefs) // 2]) / 2
+    digits = 1 - math.floor(math.log10(med))
+    chosen = math.ceil(med * 10 ** digits) / 10 ** digits
+    result = {"rule": measure_entropy.__doc__, "per_seed": rows, "median": med, "chosen": chosen,
+              "commit": git_commit()}
+    (out / "entropy_coef.json").write_text(json.dumps(result, indent=1))
+    print(f"entropy coefficient: median {med:.4g} over seeds -> {chosen}", flush=True)
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--design", choices=sorted(DESIGNS), default="v2")
     ap.add_argument("--quick", action="store_true", help="3 arms x 1 seed x 2 steps (CI smoke test)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="output directory (default: benchmarks/collapse_study/results[_quick])")
+                    help="output directory (default: benchmarks/collapse_study/<design's results>"
+                         "[_<variant>][_quick])")
     ap.add_argument("--seeds", type=int, nargs="+", default=None)
-    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=DEFAULT_ARMS)
+    ap.add_argument("--arms", nargs="+", default=None, help="default: the design's arms")
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="default",
-                    help="the task: the default job, or random_start (results_random_start/)")
+                    help="the task: the default job, random_start (v1) or sokoban (v2)")
+    ap.add_argument("--cache-root", type=Path,
+                    default=Path(tempfile.gettempdir()) / "ragen2_collapse_study_cache",
+                    help="each seed's caches live in <cache-root>/s<seed>, emptied at start")
+    ap.add_argument("--rerun", action="store_true", help="repeat runs already recorded")
     ap.add_argument("--analyze-only", action="store_true", help="reuse the runs in --out")
+    ap.add_argument("--measure-entropy", action="store_true",
+                    help="measure the *_ent arms' entropy coefficient (README 'Study 2')")
     args = ap.parse_args()
-    s = {**(QUICK if args.quick else FULL), "variant": args.variant}
+    design = DESIGNS[args.design]
+    arms = args.arms or (QUICK["arms"] if args.quick else design["default_arms"])
+    unknown = [a for a in arms if a not in design["arms"]]
+    if unknown:
+        ap.error(f"--arms {' '.join(unknown)}: not an arm of design {args.design}; "
+                 f"allowed: {', '.join(design['arms'])}")
+    s = {**(QUICK if args.quick else design["full"]), "variant": args.variant, "design": args.design}
+    s.pop("arms", None)
     if args.seeds:
         s["seeds"] = args.seeds
-    suffix = ("_quick" if args.quick else "") + ("" if args.variant == "default" else f"_{args.variant}")
-    out = args.out or HERE / f"results{suffix}"
+    suffix = ("" if args.variant == "default" else f"_{args.variant}") + ("_quick" if args.quick else "")
+    out = args.out or HERE / f"{design['results']}{suffix}"
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    if args.measure_entropy:
+        measure_entropy(out, s["seeds"], args.cache_root)
+        return 0
     previous = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
     if args.analyze_only:
         if not previous:
             ap.error(f"--analyze-only: no {out / 'results.json'} to reanalyse")
-        runs, settings = previous["runs"], previous["settings"]
-    else:
-        settings = {**s, "arms": {a: ARMS[a] for a in args.arms}, "quick": args.quick,
-                    "env": f"ragen2/FrozenLake-v0, {args.variant}: {VARIANTS[args.variant] or 'default job'}"}
-        t0 = time.perf_counter()
-        runs = [run_one(arm, seed, s, out / "runs" / f"{arm}_s{seed}")
-                for seed in s["seeds"] for arm in args.arms]
-        settings["total_wall_s"] = time.perf_counter() - t0
-        from ragen2.analysis.study import merge_runs
+        analyze(out, previous["runs"], previous["settings"])
+        return 0
+    from ragen2.analysis.study import merge_runs
 
-        runs, settings = merge_runs(previous, runs, settings)
-    analyze(out, runs, settings)
-    failed = [f"{r['arm']} seed {r['seed']}" for r in runs if r["returncode"] != 0]
+    settings = {**s, "arms": {a: design["arms"][a]() for a in arms}, "quick": args.quick,
+                "env": f"{args.variant}: {VARIANTS[args.variant] or 'the default job'}"}
+    done = {(r["arm"], r["seed"]): r for r in previous.get("runs", [])
+            if r.get("returncode") == 0 and not args.rerun}
+    for seed in s["seeds"]:
+        cache = args.cache_root / f"s{seed}"
+        shutil.rmtree(cache, ignore_errors=True)  # cold: this sitting's first run of the seed builds
+        for arm in arms:
+            run_dir = out / "runs" / f"{arm}_s{seed}"
+            prev = done.get((arm, seed))
+            if (prev and prev.get("overrides") == overrides(arm, seed, s)
+                    and (run_dir / "summary.json").exists()):
+                print(f"  {arm} seed {seed}: recorded, skipped", flush=True)
+                continue
+            row = run_one(arm, seed, s, run_dir, cache)
+            runs, merged = merge_runs(previous, [row], settings)
+            previous = analyze(out, runs, merged)
+    if not previous:
+        return 1
+    failed = [f"{r['arm']} seed {r['seed']}" for r in previous["runs"] if r["returncode"] != 0]
     if failed:
         print(f"failed runs: {', '.join(failed)} (logs in {out / 'runs'})", file=sys.stderr)
         return 1

@@ -11,7 +11,10 @@ So (SPEC "Statistics"):
   (:func:`summarise_over_runs`);
 * an **arm difference** (final MI, final success, gain, ...) is the difference of the two arms'
   means (or medians) over their runs (seeds), with a 95% percentile-bootstrap interval that
-  resamples each arm's runs independently (:func:`arm_difference`).
+  resamples each arm's runs independently (:func:`arm_difference`);
+* a **paired difference** is the same where the arms share their seeds (the same warm start and
+  RL seed in both): one difference per seed, its mean with an interval that resamples seeds
+  (:func:`paired_difference`), and a pre-registered reading of that interval (:func:`verdict`).
 
 Percentile bootstrap: ``resamples`` draws of n values with replacement (numpy
 ``default_rng(seed).integers``), the statistic of each, the (1 - level)/2 and (1 + level)/2
@@ -28,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STATISTICS", "arm_difference", "bootstrap_interval", "summarise_over_runs"]
+__all__ = ["STATISTICS", "VERDICTS", "arm_difference", "bootstrap_interval", "paired_difference",
+           "summarise_over_runs", "verdict"]
 
 #: name -> the statistic of a 1-D sample (and of each bootstrap resample, row-wise)
 STATISTICS = {"mean": np.mean, "median": np.median}
@@ -112,3 +116,51 @@ def arm_difference(a: Sequence[float | None], b: Sequence[float | None], statist
         db = _resampled(xb, statistic, resamples, rng)
         out["lo"], out["hi"] = _interval(da - db, level)
     return out
+
+
+def paired_difference(a: dict[Any, float | None], b: dict[Any, float | None],
+                      statistic: str = "mean", resamples: int = 2000, level: float = 0.95,
+                      seed: int = 0) -> dict[str, Any]:
+    """Arms that share their seeds: ``d_s = a[s] - b[s]`` for every seed ``s`` both define (a
+    None or non-finite value on either side drops that seed), ``diff = statistic(d)`` with a
+    percentile-bootstrap interval resampling seeds, ``per_seed`` {seed: d_s} and the signs
+    (``n_below`` / ``n_above`` zero). ``diff`` None without a common seed; ``lo`` / ``hi`` None
+    below 2.
+
+    Example: a = {0: 1.0, 1: 3.0}, b = {0: 2.0, 1: 2.5, 2: 9.0} -> d = [-1.0, 0.5] (seed 2 is
+    not shared), diff = -0.25.
+    """
+    _check(statistic, resamples, level)
+    common = [s for s in a if s in b]
+    pairs = {s: (a[s], b[s]) for s in common}
+    d: dict[Any, float] = {}
+    for s, (x, y) in pairs.items():
+        xs, ys = _values([x], "a"), _values([y], "b")
+        if len(xs) and len(ys):
+            d[s] = float(xs[0] - ys[0])
+    x = np.asarray(list(d.values()), dtype=np.float64)
+    lo, hi = bootstrap_interval(x.tolist(), statistic, resamples, level, seed)
+    return {"diff": float(STATISTICS[statistic](x)) if len(x) else None, "lo": lo, "hi": hi,
+            "per_seed": d, "n": int(len(x)), "n_below": int((x < 0).sum()),
+            "n_above": int((x > 0).sum()), "statistic": statistic}
+
+
+#: the readings :func:`verdict` gives an interval
+VERDICTS = ("supported", "contradicted", "not shown", "no data")
+
+
+def verdict(lo: float | None, hi: float | None, direction: str) -> str:
+    """A pre-registered reading of an effect's interval: ``supported`` when it lies entirely on
+    the predicted side of 0 (``direction`` "negative": hi < 0; "positive": lo > 0),
+    ``contradicted`` when entirely on the other side, ``not shown`` when it holds 0, ``no data``
+    without an interval."""
+    if direction not in ("negative", "positive"):
+        raise ValueError(f"direction must be 'negative' or 'positive', got {direction!r}")
+    if lo is None or hi is None:
+        return "no data"
+    below, above = hi < 0, lo > 0
+    if (direction == "negative" and below) or (direction == "positive" and above):
+        return "supported"
+    if below or above:
+        return "contradicted"
+    return "not shown"

@@ -46,6 +46,19 @@ SERIES = {
     "panel_turns_mi": "collapse/panel/turns/mi",  # the later-turn probe panel (fixed states)
     "panel_turns_mi_floor": "collapse/panel/turns/mi_floor",
     "panel_turns_mi_bound": "collapse/panel/turns/mi_bound",
+    "panel_turns_mi_lo": "collapse/panel/turns/mi_lo",  # its 95% interval over panel prompts
+    "panel_turns_mi_hi": "collapse/panel/turns/mi_hi",
+    "panel_turns_retrieval": "collapse/panel/turns/retrieval_acc@1",
+    "panel_mi": "collapse/panel/mi",  # the first-turn probe panel
+    "panel_mi_floor": "collapse/panel/mi_floor",
+    "panel_mi_bound": "collapse/panel/mi_bound",
+    "turns_mi": "collapse/turns/mi",  # the batch's later turns, one turn drawn per trajectory
+    "turns_retrieval": "collapse/turns/retrieval_acc@1",
+    "turns_retrieval_4": "collapse/turns/retrieval_acc@4",
+    "turns_chance": "collapse/turns/retrieval_chance@1",
+    "turns_mi_bound": "collapse/turns/mi_bound",
+    "panel_turns_reasoning_tokens": "collapse/panel/turns/reasoning_tokens_mean",
+    "action_mi": "collapse/action/mi",  # I(A; Z | X): does the answer follow the reasoning
     "retrieval_acc": "collapse/retrieval_acc@1",
     "h_cond": "collapse/h_cond",
     "token_entropy": "collapse/token_entropy",
@@ -105,6 +118,9 @@ def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, A
            "final_mi": last("mi"), "final_mi_null": last("mi_null"),
            "final_mi_floor": last("mi_floor"), "final_panel_turns_mi": last("panel_turns_mi"),
            "final_retrieval_acc": last("retrieval_acc"),
+           "final_turns_mi": last("turns_mi"), "final_turns_retrieval": last("turns_retrieval"),
+           "final_panel_mi": last("panel_mi"), "final_action_mi": last("action_mi"),
+           "final_format_errors": last("format_errors"),
            "final_reasoning_tokens": last("reasoning_tokens"),
            "final_h_cond": last("h_cond"), "final_token_entropy": last("token_entropy"),
            "mean_reward_spread": mean_rl("reward_spread"), "mean_kept_ratio": mean_rl("kept_ratio"),
@@ -242,8 +258,12 @@ def band(study: dict[RunKey, Metrics], arm: str, name: str
 
 
 CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
+                ("panel_mi", "MI at the first turn, fixed panel (nats)"),
                 ("panel_turns_mi", "MI at later turns, fixed panel (nats)"),
+                ("turns_mi", "MI at later turns, training batch (nats)"),
+                ("turns_retrieval", "later-turn retrieval acc@1 (batch)"),
                 ("retrieval_acc", "retrieval acc@1"), ("token_entropy", "token entropy (nats)"),
+                ("action_mi", "I(A; Z | X), first turn (nats)"),
                 ("reward_spread", "group reward std"), ("kept_ratio", "kept ratio"),
                 ("train_success", "training success"), ("h_cond", "conditional entropy H(Z|X)"),
                 ("step_s", "step time (s)"), ("reasoning_tokens", "first-turn reasoning tokens"),
@@ -251,8 +271,9 @@ CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
 
 
 #: MI series -> (its floor series, its bound series)
-MI_PANELS = {"mi": ("mi_floor", "mi_bound"),
-             "panel_turns_mi": ("panel_turns_mi_floor", "panel_turns_mi_bound")}
+MI_PANELS = {"mi": ("mi_floor", "mi_bound"), "panel_mi": ("panel_mi_floor", "panel_mi_bound"),
+             "panel_turns_mi": ("panel_turns_mi_floor", "panel_turns_mi_bound"),
+             "turns_mi": (None, "turns_mi_bound")}  # sampled negatives: no permutation null
 
 
 def mi_ylim(values: list[float]) -> tuple[float, float]:
@@ -281,8 +302,9 @@ def curves_figure(study: dict[RunKey, Metrics]):
     from matplotlib.figure import Figure
 
     arms = list(dict.fromkeys(a for a, _ in study))
-    fig = Figure(figsize=(19, 11), layout="tight")
-    axes = fig.subplots(3, 4)
+    rows = -(-len(CURVE_PANELS) // 4)
+    fig = Figure(figsize=(19, 3.7 * rows), layout="tight")
+    axes = fig.subplots(rows, 4)
     for ax, (name, title) in zip(axes.flat, CURVE_PANELS):
         shown: list[float] = []
         for i, arm in enumerate(arms):
@@ -291,7 +313,7 @@ def curves_figure(study: dict[RunKey, Metrics]):
                 ax.plot(steps, mean, marker="o", ms=3, label=arm, color=f"C{i}")
                 ax.fill_between(steps, lo, hi, alpha=0.2, color=f"C{i}")
                 shown += lo + hi
-            if name in MI_PANELS:  # MI at or under the floor is indistinguishable from chance
+            if MI_PANELS.get(name, (None,))[0]:  # at or under the floor: indistinguishable from chance
                 steps, mean, _, _ = band(study, arm, MI_PANELS[name][0])
                 if steps:
                     ax.plot(steps, mean, ls=":", color=f"C{i}", gid=f"floor:{arm}")
@@ -391,7 +413,10 @@ def load_summaries(run_dirs: dict[RunKey, str | Path]) -> dict[RunKey, dict | No
 
 
 #: settings that must match for runs of two invocations to belong to one study
-STUDY_KEYS = ("steps", "eval_every", "eval_episodes", "monitor_every", "quick", "variant")
+STUDY_KEYS = ("steps", "eval_every", "eval_episodes", "monitor_every", "quick", "variant", "design")
+#: what :func:`merge_runs` keeps of an earlier run (the analysis recomputes everything else)
+RUN_BOOKKEEPING = ("arm", "seed", "returncode", "wall_s", "overrides", "commit", "finished",
+                   "warm_start_built", "load_avg_1m_after")
 
 
 def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: dict[str, Any]
@@ -407,7 +432,7 @@ def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: d
     if not previous or any(old.get(k) != settings.get(k) for k in STUDY_KEYS):
         return runs, settings
     done = {(r["arm"], r["seed"]) for r in runs}
-    kept = [{k: r[k] for k in ("arm", "seed", "returncode", "wall_s", "overrides") if k in r}
+    kept = [{k: r[k] for k in RUN_BOOKKEEPING if k in r}
             for r in previous.get("runs", []) if (r["arm"], r["seed"]) not in done]
     merged = {**settings, "arms": {**old.get("arms", {}), **settings.get("arms", {})},
               "seeds": sorted({*old.get("seeds", []), *settings.get("seeds", [])}),

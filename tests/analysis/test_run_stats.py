@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragen2.analysis.run_stats import arm_difference, bootstrap_interval, summarise_over_runs
+from ragen2.analysis.run_stats import (arm_difference, bootstrap_interval, paired_difference,
+                                      summarise_over_runs, verdict)
 
 
 def _reference(values, statistic, resamples, level, seed):
@@ -77,3 +78,33 @@ def test_bad_settings_are_refused(kwargs, match):
         bootstrap_interval([1.0, 2.0], **kwargs)
     with pytest.raises(ValueError, match="values must be numbers"):
         bootstrap_interval([1.0, "x"])
+
+
+def test_paired_difference_by_hand_and_against_the_reference():
+    # seed 2 only in b, seed 3's a is None: dropped; d = [1 - 2, 3 - 2.5, 0.2 - 0.7]
+    a = {0: 1.0, 1: 3.0, 3: None, 4: 0.2}
+    b = {0: 2.0, 1: 2.5, 2: 9.0, 3: 1.0, 4: 0.7}
+    d = paired_difference(a, b, resamples=800, seed=2)
+    assert d["per_seed"] == pytest.approx({0: -1.0, 1: 0.5, 4: -0.5})
+    assert d["diff"] == pytest.approx(-1.0 / 3) and d["n"] == 3
+    assert (d["n_below"], d["n_above"]) == (2, 1)
+    assert (d["lo"], d["hi"]) == pytest.approx(_reference([-1.0, 0.5, -0.5], "mean", 800, 0.95, 2))
+    # three seeds all below 0: every resample mean is below 0, so the interval is too
+    assert paired_difference({0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.5, 1: 0.5, 2: 0.5})["hi"] < 0
+    one = paired_difference({0: 1.0}, {0: 0.0, 1: 5.0})
+    assert one["diff"] == 1.0 and one["lo"] is None
+    assert paired_difference({0: 1.0}, {1: 1.0})["diff"] is None
+
+
+@pytest.mark.parametrize("lo, hi, direction, expected", [
+    (-0.3, -0.1, "negative", "supported"), (-0.3, -0.1, "positive", "contradicted"),
+    (0.1, 0.3, "positive", "supported"), (0.1, 0.3, "negative", "contradicted"),
+    (-0.1, 0.2, "negative", "not shown"), (0.0, 0.2, "positive", "not shown"),
+    (None, None, "positive", "no data")])
+def test_verdict_reads_the_interval(lo, hi, direction, expected):
+    assert verdict(lo, hi, direction) == expected
+
+
+def test_verdict_refuses_an_unknown_direction():
+    with pytest.raises(ValueError, match="direction must be"):
+        verdict(0.1, 0.2, "up")
