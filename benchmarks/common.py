@@ -224,3 +224,59 @@ def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: 
                   f"(rollout {m.get('timing/rollout_s', float('nan')):.2f}, "
                   f"update {m.get('timing/update_s', float('nan')):.2f})", flush=True)
     return out
+
+
+def run_watched(cmd: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                cwd: Path | None = None, every_s: float = 10.0) -> dict[str, Any]:
+    """Run ``cmd`` (stdout and stderr to ``log_path``) and measure what *other* processes did to
+    the machine meanwhile: every ``every_s`` seconds the CPU time of every process outside the
+    command's process tree (and outside this one) is read with psutil, and the growth summed.
+
+    Returns ``{"returncode", "wall_s", "foreign_cpu_s", "foreign_cores"}``: ``foreign_cores`` =
+    foreign CPU seconds / wall seconds, the average number of cores others used during the run
+    (a timing that shares a 2-core machine with 0.5 foreign cores is not a quiet one). Processes
+    that start and end between two samples are missed, so it is a lower bound.
+    """
+    import psutil
+
+    def cpu_by_pid(skip: set[int]) -> dict[int, float]:
+        out = {}
+        for p in psutil.process_iter(["pid"]):
+            if p.pid in skip:
+                continue
+            try:
+                t = p.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            out[p.pid] = t.user + t.system
+        return out
+
+    def tree(pid: int) -> set[int]:
+        try:
+            root = psutil.Process(pid)
+            return {pid, *(c.pid for c in root.children(recursive=True))}
+        except psutil.NoSuchProcess:
+            return {pid}
+
+    me = os.getpid()
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        mine = tree(proc.pid) | {me}
+        before, foreign = cpu_by_pid(mine), 0.0
+        while True:
+            try:
+                proc.wait(timeout=every_s)
+                done = True
+            except subprocess.TimeoutExpired:
+                done = False
+            mine |= tree(proc.pid)
+            now = cpu_by_pid(mine)
+            # a pid seen before: its growth; a new pid: all of its CPU since it started here
+            foreign += sum(max(0.0, v - before.get(pid, 0.0)) for pid, v in now.items())
+            before = {**before, **now}
+            if done:
+                break
+    wall = time.perf_counter() - t0
+    return {"returncode": proc.returncode, "wall_s": wall, "foreign_cpu_s": foreign,
+            "foreign_cores": foreign / wall if wall > 0 else 0.0}

@@ -48,7 +48,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
+from common import run_watched  # noqa: E402  (benchmarks/common.py)
 from robustness import cold_env  # noqa: E402  (benchmarks/robustness.py: every cache under one folder)
+
+#: a run whose wall time others shared by more than this many cores on average is not counted
+#: in the step-time hypotheses (H4); its other figures do not depend on the machine's load
+QUIET_CORES = 0.1
 
 #: the entropy bonus of the ``*_ent`` arms: the smallest coefficient at which the entropy term's
 #: gradient norm in zero-spread groups reaches the task gradient norm of the highest-spread bucket
@@ -162,18 +167,17 @@ def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path) -> dict:
     if run_dir.exists():  # an interrupted earlier attempt: start again
         shutil.rmtree(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=cold_env(cache),
-                            cwd=ROOT, check=False).returncode
-    wall = time.perf_counter() - t0
+    w = run_watched(cmd, run_dir.parent / f"{run_dir.name}.log", env=cold_env(cache), cwd=ROOT)
+    rc, wall = w["returncode"], w["wall_s"]
     step0 = {}
     if (run_dir / "metrics.jsonl").exists():
         first = (run_dir / "metrics.jsonl").read_text().split("\n", 1)[0]
         step0 = json.loads(first) if first.strip() else {}
     built = step0.get("warm_start/cached") == 0.0 if "warm_start/cached" in step0 else None
-    print(f"  {arm} seed {seed}: exit {rc}, {wall:.0f} s", flush=True)
-    return {"arm": arm, "seed": seed, "returncode": rc, "wall_s": wall,
+    print(f"  {arm} seed {seed}: exit {rc}, {wall:.0f} s, others used {w['foreign_cores']:.2f} "
+          "cores meanwhile", flush=True)
+    return {"foreign_cores": w["foreign_cores"], "foreign_cpu_s": w["foreign_cpu_s"],
+            "arm": arm, "seed": seed, "returncode": rc, "wall_s": wall,
             "overrides": overrides(arm, seed, s), "commit": git_commit(),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "warm_start_built": built,
             "load_avg_1m_after": os.getloadavg()[0]}
@@ -220,7 +224,7 @@ def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None =
 
 def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     from ragen2.analysis import study
-    from ragen2.analysis.hypotheses import evaluate
+    from ragen2.analysis.hypotheses import Ratio, evaluate
 
     design = DESIGNS[settings.get("design", "v1")]
     dirs = {(r["arm"], r["seed"]): out / "runs" / f"{r['arm']}_s{r['seed']}" for r in runs
@@ -244,7 +248,11 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     table = study.arm_table([r for r in rows if r["returncode"] == 0])
     # arm minus none, mean over seeds, with a bootstrap interval over the runs (seeds)
     diffs = study.arm_differences([r for r in rows if r["returncode"] == 0 and "arm" in r], "none")
-    tested = ([evaluate(metrics, h) for h in hypotheses()]
+    # step times count only from runs nobody else shared the machine with (QUIET_CORES)
+    quiet = {(r["arm"], r["seed"]) for r in runs
+             if r.get("foreign_cores") is not None and r["foreign_cores"] < QUIET_CORES}
+    tested = ([evaluate({k: m for k, m in metrics.items() if k in quiet} if isinstance(h, Ratio)
+                        else metrics, h) for h in hypotheses()]
               if settings.get("design") == "v2" and not settings.get("quick") else [])
     plots = study.write_plots(metrics, corr, out) if metrics else []
     result = {"settings": settings, "machine": {"python": platform.python_version(),
@@ -313,9 +321,8 @@ def measure_entropy(out: Path, seeds: list[int], cache_root: Path) -> dict:
         if run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(run_dir.parent / f"s{seed}.log", "w") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=cold_env(cache),
-                                cwd=ROOT, check=False).returncode
+        rc = run_watched(cmd, run_dir.parent / f"s{seed}.log", env=cold_env(cache), cwd=ROOT
+                         )["returncode"]
         if rc:
             raise SystemExit(f"the measurement run of seed {seed} failed (exit {rc}): "
                              f"{run_dir.parent / f's{seed}.log'}")

@@ -416,7 +416,7 @@ def load_summaries(run_dirs: dict[RunKey, str | Path]) -> dict[RunKey, dict | No
 STUDY_KEYS = ("steps", "eval_every", "eval_episodes", "monitor_every", "quick", "variant", "design")
 #: what :func:`merge_runs` keeps of an earlier run (the analysis recomputes everything else)
 RUN_BOOKKEEPING = ("arm", "seed", "returncode", "wall_s", "overrides", "commit", "finished",
-                   "warm_start_built", "load_avg_1m_after")
+                   "warm_start_built", "load_avg_1m_after", "foreign_cores", "foreign_cpu_s")
 
 
 def merge_runs(previous: dict[str, Any], runs: list[dict[str, Any]], settings: dict[str, Any]
