@@ -91,9 +91,12 @@ class EnvConfig:
     schema (so entries can be added from the command line) and checked by :meth:`entries`.
     """
 
+    # a Gymnasium id; a user env: <module>:<EnvName-v0> (null with mix)
     id: Optional[str] = "ragen2/FrozenLake-v0"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
+    # several training envs: {name: {id, kwargs, share, format_penalty}}
     mix: dict[str, Any] = field(default_factory=dict)
+    # held-out evaluation envs, same form as mix (empty = the training envs)
     eval: dict[str, Any] = field(default_factory=dict)
 
     def entries(self, section: str) -> dict[str, EnvEntryConfig]:
@@ -122,16 +125,16 @@ class EnvConfig:
 class TinySpecConfig:
     """The tiny model's architecture (the fields of ``ragen2.models.tiny.TinyModelSpec``)."""
 
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 512
-    vocab_size: int = 1024
-    max_position_embeddings: int = 2048
-    rope_theta: float = 10000.0
-    tie_word_embeddings: bool = True
-    seed: int = 0
+    hidden_size: int = 128  # width of the residual stream
+    num_layers: int = 4  # decoder layers
+    num_heads: int = 4  # attention heads
+    num_kv_heads: int = 2  # key/value heads (grouped-query attention)
+    intermediate_size: int = 512  # MLP width
+    vocab_size: int = 1024  # BPE vocabulary trained on the envs' own text
+    max_position_embeddings: int = 2048  # longest sequence (RoPE positions)
+    rope_theta: float = 10000.0  # RoPE base
+    tie_word_embeddings: bool = True  # output head shares the embedding
+    seed: int = 0  # random initialisation seed of the weights
 
     def to_spec(self, atomic_words: tuple[str, ...] = ()):  # noqa: ANN201  (TinyModelSpec)
         from ragen2.models.tiny import TinyModelSpec
@@ -151,10 +154,10 @@ class ModelConfig:
     """``path: null`` builds the built-in model ``name`` (tiny, smollm2); otherwise a local HF
     directory or hub name."""
 
-    name: str = "tiny"
-    path: Optional[str] = None
-    dtype: str = "float32"
-    trust_remote_code: bool = False
+    name: str = "tiny"  # built-in model built when path is null: tiny | smollm2
+    path: Optional[str] = None  # a local HF model directory or hub name (null = the built-in name)
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (bf16 = mixed precision on CUDA)
+    trust_remote_code: bool = False  # passed to transformers for models with their own code
     tiny: TinySpecConfig = field(default_factory=TinySpecConfig)
     cache_dir: Optional[str] = None  # tiny-model cache; default $RAGEN2_CACHE or ~/.cache/ragen2
 
@@ -181,20 +184,21 @@ class EngineConfig:
     default; it exists to run the TP > 1 code path on one CPU or GPU.
     """
 
-    name: str = "hf"
-    temperature: float = 1.0
+    name: str = "hf"  # vllm | hf (registry ragen2.engines.ENGINES)
+    temperature: float = 1.0  # sampling temperature of training rollouts
     eval_temperature: Optional[float] = None  # held-out evaluation; null = temperature
-    top_p: float = 1.0
-    max_new_tokens: int = 40
+    top_p: float = 1.0  # nucleus sampling mass
+    max_new_tokens: int = 40  # tokens generated per turn at most
+    # stop strings (kept in the response)
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
     # vLLM
-    max_model_len: int = 2048
-    gpu_memory_utilization: float = 0.5
-    tensor_parallel_size: int = 1
+    max_model_len: int = 2048  # vLLM: longest sequence (prompt + generation) per request
+    gpu_memory_utilization: float = 0.5  # vLLM: share of the GPU for weights and KV cache
+    tensor_parallel_size: int = 1  # vLLM: GPUs per engine
     multiprocess: bool = False  # vLLM's engine core in its own process (forced on when TP > 1)
     enforce_eager: bool = True  # CUDA graphs off (always off on CPU); presets on GPU turn them on
-    prefix_caching: bool = True
-    sleep_mode: bool = False
+    prefix_caching: bool = True  # vLLM: reuse the KV cache of a turn's shared prefix
+    sleep_mode: bool = False  # vLLM on CUDA: free weights and KV cache during updates
     cpu_kvcache_gb: int = 1  # vLLM-CPU KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
 
     def validate(self, p: str) -> None:
@@ -216,17 +220,17 @@ class EngineConfig:
 class RolloutConfig:
     """One step collects ``env_groups x group_size`` episodes; a group shares its env seed."""
 
-    env_groups: int = 16
-    group_size: int = 4
-    max_turns: int = 8
-    num_workers: int = 1
-    format_penalty: float = -0.1
-    max_context_tokens: int = 1536
+    env_groups: int = 16  # groups (distinct env seeds, the 'prompts') per step
+    group_size: int = 4  # rollouts per group, all from the group's seed
+    max_turns: int = 8  # turns per episode before truncation
+    num_workers: int = 1  # RolloutWorker actors (engines); groups are split between them
+    format_penalty: float = -0.1  # reward of a turn that does not parse or whose action is invalid
+    max_context_tokens: int = 1536  # a conversation longer than this ends the episode
     env_threads: int = 8  # env.step calls run concurrently on this many threads per worker
     max_env_error_frac: float = 0.25  # episodes whose env raised, tolerated per step (a share)
     max_worker_restarts: int = 3  # dead rollout workers restarted per call (rollout or sync)
     actions_per_turn: int = 1  # > 1: an answer may hold that many actions (RAGEN's "Right || Up")
-    action_sep: str = "||"
+    action_sep: str = "||"  # separator of several actions in one answer
 
     def validate(self, p: str) -> None:
         _positive(self, p, "env_groups", "group_size", "max_turns", "num_workers",
@@ -244,37 +248,37 @@ class RolloutConfig:
 class AlgorithmConfig:
     """Advantage estimator, policy loss and regularisers (registries in ``ragen2.algos``)."""
 
-    name: str = "grpo"
+    name: str = "grpo"  # preset name (configs/algorithm): grpo | ppo | dapo | drgrpo
     adv_estimator: str = "grpo"  # grpo | gae
-    norm_adv_by_std: bool = True
-    gamma: float = 1.0
-    lam: float = 1.0
-    policy_loss: str = "ppo_clip"
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.28
-    dual_clip_c: Optional[float] = 3.0
-    loss_agg_mode: str = "token-mean"
+    norm_adv_by_std: bool = True  # GRPO: divide advantages by the group's reward std
+    gamma: float = 1.0  # GAE discount
+    lam: float = 1.0  # GAE lambda
+    policy_loss: str = "ppo_clip"  # registry ragen2.algos.POLICY_LOSSES (ppo_clip)
+    clip_ratio_low: float = 0.2  # PPO clip below 1
+    clip_ratio_high: float = 0.28  # PPO clip above 1 (clip-higher)
+    dual_clip_c: Optional[float] = 3.0  # dual-clip bound for negative advantages (null = off)
+    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
     # seq-mean-token-sum-norm (Dr.GRPO) divides each sequence's token sum by this constant;
     # null = engine.max_new_tokens x rollout.max_turns (the longest response a trajectory holds)
     loss_agg_norm_tokens: Optional[int] = None
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    ppo_epochs: int = 1
-    ppo_mini_batches: int = 1
+    kl_coef: float = 0.0  # KL penalty to a frozen reference (0 = no reference model)
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)
+    entropy_coef: float = 0.0  # entropy bonus coefficient
+    ppo_epochs: int = 1  # passes over a step's batch
+    ppo_mini_batches: int = 1  # optimizer steps per pass (the batch split evenly)
     micro_batch_size: int = 16  # memory only: never changes the maths
-    lr: float = 5e-4
+    lr: float = 5e-4  # policy learning rate (AdamW)
     lr_warmup_steps: int = 3  # linear warm-up over the first RL updates (Adam's first steps are large)
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    critic_lr: float = 5e-4
-    value_clip: Optional[float] = 0.2
-    value_coef: float = 1.0
+    weight_decay: float = 0.0  # AdamW weight decay
+    grad_clip: float = 1.0  # global gradient-norm clip
+    critic_lr: float = 5e-4  # PPO critic learning rate
+    value_clip: Optional[float] = 0.2  # PPO value clip (null = off)
+    value_coef: float = 1.0  # weight of the value loss
     # SNR-gated regularisers (ragen2.algos.gating): weight each sample's KL and entropy terms by
     # its group's reward spread: none | threshold (1 if σ_g > regulariser_gate_threshold, else 0)
     # | scaled (σ_g / max σ_g)
     regulariser_gate: str = "none"
-    regulariser_gate_threshold: float = 0.0
+    regulariser_gate_threshold: float = 0.0  # the threshold gate's σ_g cut
 
     def validate(self, p: str) -> None:
         from ragen2.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
@@ -313,11 +317,11 @@ class AlgorithmConfig:
 class TieredSNRConfig:
     """Tiered SNR filtering (``ragen2.filtering.snr.TieredSNR``); off in the plain modes."""
 
-    enabled: bool = False
+    enabled: bool = False  # on with filter=tiered
     pool_size: int = 64  # prompts (env seeds) the steps draw from, so per-prompt history repeats
-    ema: float = 0.7
-    low_threshold: float = 0.5
-    high_threshold: float = 0.7
+    ema: float = 0.7  # EMA decay of each prompt's reward spread and template score
+    low_threshold: float = 0.5  # initial SNR grade threshold low / medium
+    high_threshold: float = 0.7  # initial SNR grade threshold medium / high
     reestimate_every: int = 5  # updates between threshold re-estimates (configs/filter/tiered.yaml)
     priority_ratio: float = 7.0  # sampling weight of high vs low SNR prompts
     low_weight: float = 0.5  # loss weight of low-SNR samples (attenuate)
@@ -356,7 +360,7 @@ class FilterConfig:
     """
 
     strategy: str = "none"  # none | top_p | top_p_softmax | top_k | top_k_abs | min_p
-    value: float = 1.0
+    value: float = 1.0  # the strategy's parameter: p, k (fraction or count) or min_p's p
     metric: str = "reward_std"  # reward_std | reward_variance | reward_mean | entropy | response_length
     include_zero: bool = True  # may groups with zero reward spread be kept
     temperature: float = 1.0  # top_p_softmax
@@ -415,7 +419,7 @@ class MonitorConfig:
     # played this many scripted turns (expert moves, each random with panel_prefix_random), then
     # the policy's reasoning at the next turn is measured (0 = off)
     panel_prefix_turns: int = 2
-    panel_prefix_random: float = 0.5
+    panel_prefix_random: float = 0.5  # share of random moves in those scripted turns
     # what the collapse alert and the diagnosis read (ragen2.collapse.instrument): auto = the
     # later-turn panel where the env has one, else the first turn | first_turn | later_turns
     alert_instrument: str = "auto"
@@ -424,7 +428,7 @@ class MonitorConfig:
     # `alert_min_gain`; then warn (log + print), rollback (the newest healthy checkpoint, and a
     # stronger filter: README "Collapse alert") or stop
     alert_patience: int = 3
-    alert_min_gain: float = 0.0
+    alert_min_gain: float = 0.0  # held-out success gain that counts as progress
     on_collapse: str = "warn"  # warn | rollback | stop
     max_rollbacks: int = 2  # later alerts only warn
     rollback_filter_factor: float = 0.75  # the kept share shrinks by this factor per rollback
@@ -465,12 +469,12 @@ class MonitorConfig:
 class WarmStartConfig:
     """Behaviour cloning on the env's (deliberately imperfect) expert demonstrations before RL."""
 
-    enabled: bool = True
-    episodes: int = 512
-    epochs: int = 3
-    batch_size: int = 8
-    lr: float = 2e-3
-    random_action_prob: float = 0.5
+    enabled: bool = True  # behaviour-clone the env's expert before RL
+    episodes: int = 512  # demonstration episodes
+    epochs: int = 3  # passes over them
+    batch_size: int = 8  # episodes per optimizer step
+    lr: float = 2e-3  # learning rate of the warm start
+    random_action_prob: float = 0.5  # share of demonstrated actions replaced by random ones
     seed: int = 0  # its own seed: runs differing only in `seed` share one warm-started policy
     cache: bool = True  # reuse a warm-started policy built with identical settings
 
@@ -499,19 +503,20 @@ class EarlyStopConfig:
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = 40
+    total_steps: int = 40  # RL steps
     save_every: int = 10  # 0 = only at the end
-    resume: bool = False
+    resume: bool = False  # continue from the run directory's latest checkpoint
     eval_every: int = 20  # 0 = only before and after RL
-    eval_episodes: int = 128
-    max_skipped_steps: int = 5
+    eval_episodes: int = 128  # held-out episodes per evaluation (seeds >= 2**31)
+    max_skipped_steps: int = 5  # steps in a row where the filter kept nothing, then stop
     max_nonfinite_steps: int = 3  # consecutive updates skipped for a NaN/inf loss or gradient
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # newest checkpoints kept
     log_samples: int = 8  # held-out episodes written as text at each evaluation
     save_rollouts_every: int = 1  # steps between saved rollout batches (rollouts/*.jsonl.gz; 0 = off)
     save_rollouts_max_mb: float = 50.0  # oldest rollout files are deleted beyond this total
+    # metric sinks: jsonl | tensorboard | console | wandb
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard", "console"])
-    wandb_project: Optional[str] = None
+    wandb_project: Optional[str] = None  # W&B project (null = ragen2)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
 
@@ -538,9 +543,9 @@ class LoraConfig:
     """LoRA adapters (peft) on the policy; the engine always receives merged full weights."""
 
     rank: int = 0  # 0 = off (full fine-tuning)
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: [
+    alpha: float = 32.0  # LoRA scale numerator: the update is (alpha / rank) B A
+    dropout: float = 0.0  # dropout on the adapters' input (updates only)
+    target_modules: list[str] = field(default_factory=lambda: [  # module names that get adapters
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
 
     def validate(self, p: str) -> None:
@@ -556,7 +561,7 @@ class LoraConfig:
 class LearnerConfig:
     """FSDP2 learner memory/speed settings; none of them changes the maths of an update."""
 
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = False  # recompute activations in the backward (memory)
     cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy (CUDA only)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (CUDA + flash-attn)
     micro_batch_tokens: int = 0  # >0: micro-batches balanced by token count within this budget
@@ -588,7 +593,7 @@ class SyncConfig:
 
     strategy: str = "auto"  # auto | object_store | cuda_ipc | nccl
     bucket_mb: float = 256.0  # weights move in buckets of at most this size
-    probe: bool = True
+    probe: bool = True  # after every sync, compare engine and learner logprobs
     probe_tokens: int = 320  # longer than a KV block (vLLM: 128 on CPU, 16 on GPU)
     # mean |learner - engine| logprob per token; null = by model.dtype (PROBE_TOLERANCE)
     probe_tolerance: Optional[float] = None
@@ -616,11 +621,12 @@ class ClusterConfig:
     them GPUs of their own. The plan is checked against the Ray cluster before anything starts.
     """
 
+    # Ray address to join (auto | HOST:PORT); null = a fresh local Ray
     address: Optional[str] = None
-    num_cpus: Optional[int] = None
-    learner_world_size: int = 2
-    device: str = "cpu"
-    backend: str = "gloo"
+    num_cpus: Optional[int] = None  # CPUs of the local Ray (null = all)
+    learner_world_size: int = 2  # FSDP2 learner ranks
+    device: str = "cpu"  # cpu | cuda
+    backend: str = "gloo"  # torch.distributed backend: gloo (CPU) | nccl (GPU)
     torch_threads: int = 0  # 0 = cores / actors
     layout: str = "colocated"  # colocated | split (GPU only)
     placement_strategy: str = "PACK"  # Ray placement-group strategy: PACK | SPREAD | STRICT_PACK
@@ -644,7 +650,7 @@ RECIPES = ("tiny", "pretrained")
 
 @dataclass
 class Config:
-    seed: int = 0
+    seed: int = 0  # run seed: env seeds, sampling seeds and shuffles derive from it
     # the optimisation recipe, set by configs/recipe/<model>.yaml: tiny (a model ragen2 builds:
     # behaviour-cloned warm start, large learning rates) or pretrained (RAGEN-2's settings)
     recipe: Optional[str] = "tiny"
