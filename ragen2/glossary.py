@@ -172,6 +172,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("Weight sync", "Learner to engines, then the probe.", ("sync/",), {
         "probe_logprob_gap": "mean |engine - learner| logprob on the probe continuation",
         "probe_logprob_gap_max": "largest gap over the engines",
+        "probe_floor": "the probe's gap at the first sync, with identical weights (its floor)",
+        "probe_threshold": "the gap above which a later sync stops the run: "
+                           "max(sync.probe_floor_multiple x floor, sync.probe_tolerance)",
         "buckets": "buckets the weights travelled in",
         "checksum_tensors": "tensors whose checksums were compared per engine process (min)",
     }),

@@ -21,7 +21,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 STARTERS = {"train", "Controller"}
-COMMANDS = ("ragen2.train", "ragen2-train", "collapse_study")
+COMMANDS = ("ragen2.train", "ragen2-train", "ragen2 train", "collapse_study")
 TIER_MARKS = {"e2e", "smoke"}
 
 
