@@ -1,7 +1,7 @@
 """The GPU examples of the docs and launch files, composed; the SLURM sweep launcher's config.
 
-Every command line that launches ragen2 on GPUs (README "Running on GPUs", launch/README.md, the
-sbatch header, the Dockerfile, the RayJob) is parsed out of its file and composed with Hydra: it
+Every command line that launches ragen2 on GPUs (the docs' GPU how-to pages, launch/README.md,
+the sbatch header, the Dockerfile, the RayJob) is parsed out of its file and composed with Hydra: it
 must start from a paper preset, fit the GPUs it names and pass the memory estimate.
 """
 
@@ -95,12 +95,6 @@ def _bash_blocks(markdown: str) -> list[str]:
     return out
 
 
-def _section(markdown: str, title: str) -> str:
-    start = markdown.index(f"## {title}\n")
-    end = markdown.find("\n## ", start + 1)
-    return markdown[start:end if end > 0 else None]
-
-
 def _comment_command(text: str, start: str) -> str:
     """A command quoted in a file's comments: the line holding ``start`` and its continuations."""
     lines = [ln.lstrip("#").strip() for ln in text.splitlines() if ln.startswith("#")]
@@ -112,15 +106,19 @@ def _comment_command(text: str, start: str) -> str:
     return cmd
 
 
+#: the documentation pages whose commands launch ragen2 on GPUs
+GPU_PAGES = ("gpu-cluster.md", "slurm.md", "containers.md")
+
+
 def gpu_examples() -> list[tuple[str, str]]:
     """(where, command line) of every GPU example ragen2's docs and launch files give."""
-    readme = _section((ROOT / "README.md").read_text(), "Running on GPUs")
-    out = [("README", c) for c in _bash_blocks(readme)]
+    out = [(f"docs/how-to/{page}", c) for page in GPU_PAGES
+           for c in _bash_blocks((ROOT / "docs" / "how-to" / page).read_text())]
     out += [("launch/README.md", c) for c in _bash_blocks((LAUNCH / "README.md").read_text())]
     out.append(("ragen2.sbatch", _comment_command(sbatch_text(), "sbatch ")))
     out.append(("Dockerfile", _comment_command(dockerfile(), "docker run ")))
     out.append(("rayjob.yaml", rayjob()["spec"]["entrypoint"]))
-    return [(w, c) for w, c in out if re.search(r"(^|\s)ragen2-train(\s|$)", c)
+    return [(w, c) for w, c in out if re.search(r"(^|\s)ragen2(-| )train(\s|$)", c)
             or "ragen2.sbatch " in c]
 
 
@@ -130,6 +128,10 @@ def _overrides(cmd: str) -> tuple[list[str], dict[str, str]]:
     import shlex
 
     words = shlex.split(cmd, comments=True)
+    for i in range(len(words) - 1):  # `ragen2 train` is the console script `ragen2-train`
+        if words[i].endswith("ragen2") and words[i + 1] == "train":
+            words[i:i + 2] = ["ragen2-train"]
+            break
     i = next(i for i, w in enumerate(words) if w == "ragen2-train" or w.endswith("ragen2.sbatch"))
     sbatch = dict(w[2:].split("=", 1) for w in words[:i] if w.startswith("--") and "=" in w)
     out = []
@@ -146,7 +148,9 @@ def _overrides(cmd: str) -> tuple[list[str], dict[str, str]]:
 def test_every_gpu_example_is_found():
     """No run: the examples are only read."""
     where = [w for w, _ in gpu_examples()]
-    assert where.count("README") >= 8 and where.count("launch/README.md") >= 4, where
+    docs = [w for w in where if w.startswith("docs/")]
+    assert len(docs) >= 8 and where.count("launch/README.md") >= 4, where
+    assert {f"docs/how-to/{p}" for p in ("gpu-cluster.md", "slurm.md")} <= set(docs), where
     assert {"ragen2.sbatch", "Dockerfile", "rayjob.yaml"} <= set(where)
 
 
