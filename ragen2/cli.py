@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"ragen2: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr, end="")
         return 2
+    from ragen2.train import import_from_working_dir
+
+    import_from_working_dir()  # env.id=<module>:<id> names a module in the user's own folder
     module = importlib.import_module(COMMANDS[name][0])
     if name == "train":  # Hydra reads sys.argv itself; its --help names the program
         sys.argv = ["ragen2 train", *argv[1:]]

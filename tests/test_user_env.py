@@ -1,7 +1,8 @@
 """A user's env from their own module trains through Ray with `env.id=<module>:<id>` alone.
 
-Both CLI tests type the README's command: the ``ragen2-train`` console script of this venv, run
-from the folder that holds the user's module, with no PYTHONPATH.
+The CLI test types the tutorial's command (docs/tutorials/add-an-environment.md, whose commands
+tests/test_tutorials.py runs as written): the console script of this venv, run from the folder that
+holds the user's module, with no PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -33,22 +34,6 @@ def test_the_console_script_imports_the_users_module_from_the_working_dir(tmp_pa
     r = _as_typed(tmp_path, "env.id=stop_on_import:Stop-v0", f"hydra.run.dir={tmp_path / 'run'}",
                   timeout=120)
     assert r.returncode == 42, r.stderr[-3000:]
-
-
-@pytest.mark.e2e
-def test_example_env_trains_two_steps_with_the_readme_command(tmp_path):
-    """README "Add an environment": a copy of examples/corridor_env.py in the user's folder. Own
-    run: the user's command as typed (the console script, no PYTHONPATH), which no shared run is."""
-    shutil.copy(EXAMPLES / "corridor_env.py", tmp_path)
-    r = _as_typed(tmp_path, "env.id=corridor_env:Corridor-v0",
-                  "trainer.total_steps=2", "rollout.env_groups=2", "rollout.group_size=2",
-                  "trainer.warm_start.episodes=16", "trainer.warm_start.epochs=1",
-                  "trainer.eval_episodes=8", f"hydra.run.dir={tmp_path / 'run'}", timeout=400)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [0, 1, 2]
-    assert rows[-1]["actor/logprob_gap"] < 1e-3
-    assert "cell" in (tmp_path / "run" / "samples" / "eval_step_000000.jsonl").read_text()
 
 
 @pytest.mark.e2e
