@@ -1,8 +1,8 @@
 """A user's own environment, trained with `env.id=corridor_env:Corridor-v0` and nothing else.
 
-Run from this folder, or from any folder holding a copy of this file (`ragen2-train` imports
+Run from this folder, or from any folder holding a copy of this file (`ragen2 train` imports
 `corridor_env` from the working directory, and so do its Ray workers):
-    cd examples && ../.venv/bin/ragen2-train env.id=corridor_env:Corridor-v0
+    cd examples && ../.venv/bin/ragen2 train env.id=corridor_env:Corridor-v0
 
 The whole recipe: a `gymnasium.Env` with text observations and text actions, registered when
 its module is imported. `instructions`, `valid_actions` and `demonstration()` are optional extras

@@ -132,7 +132,7 @@ def probe_env(entry: EnvEntry) -> bool:
             got = type(out[0]).__name__ if isinstance(out, tuple) and out else type(out).__name__
             raise EnvSpecError(f"env {entry.name!r} ({entry.id}): reset() must return "
                                f"(observation: str, info: dict), got a {got} observation; see "
-                               "README 'Add an environment'")
+                               "docs/tutorials/add-an-environment.md")
         return callable(getattr(env.unwrapped, "demonstration", None))
     finally:
         env.close()

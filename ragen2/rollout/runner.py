@@ -105,7 +105,8 @@ class DemonstrationPolicy:
             env = ep.env.unwrapped
             if not hasattr(env, "demonstration"):
                 raise TypeError(f"{type(env).__name__} has no demonstration() hook; disable "
-                                "trainer.warm_start or add one (see README, 'Add an environment')")
+                                "trainer.warm_start or add one (see "
+                                "docs/tutorials/add-an-environment.md)")
             think, action = env.demonstration()
             actions = list(getattr(env, "valid_actions", []) or [])
             if actions and self.rng.random() < self.random_action_prob:
@@ -316,5 +317,5 @@ def _strip_note(obs: str) -> str:
 def _as_text(obs: Any) -> str:
     if not isinstance(obs, str):
         raise TypeError(f"the env returned a {type(obs).__name__} observation; ragen2 envs must "
-                        "return text (see README 'Add an environment')")
+                        "return text (see docs/tutorials/add-an-environment.md)")
     return obs
