@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 0
 PYTEST = $(VENV)/bin/python -m pytest -q --durations=20 -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: train test test-e2e test-all setup bench
+.PHONY: train test test-e2e test-all setup bench docs
 
 setup: $(STAMP)
 
@@ -38,3 +38,8 @@ test-all: test test-e2e
 bench: $(STAMP)
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	$(VENV)/bin/python benchmarks/run.py $(ARGS)
+
+## The documentation site (docs/, mkdocs.yml) into site/, strict: a broken link fails (tier 1 builds
+## it too, tests/test_docs_site.py); `$(VENV)/bin/mkdocs serve` to browse it while editing.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
