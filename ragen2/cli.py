@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import textwrap
 from typing import Sequence
 
 #: command -> (module whose ``main(argv)`` runs it, what it does)
@@ -34,6 +35,38 @@ def usage() -> str:
               "config groups;\nevery key: the documentation's Configuration reference.\n")
 
 
+def train_help() -> str:
+    """``ragen2 train --help``: the config groups and their options, and where every key is
+    documented (Hydra's own help, with the whole composed config: ``--hydra-help``, ``--cfg job``)."""
+    from importlib.resources import files
+
+    from ragen2.config import CONFIG_MODULE
+
+    root = files(CONFIG_MODULE)
+    groups = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("_")
+                    and d.name not in ("hydra", "algorithm_invariants"))
+    lines = []
+    for g in groups:
+        options = sorted(f.name[:-5] for f in root.joinpath(g).iterdir() if f.name.endswith(".yaml"))
+        add = "+" if g == "experiment" else ""
+        lines.append(textwrap.fill(f"{add}{g}=" + " | ".join(options), 98, initial_indent="  ",
+                                   subsequent_indent=" " * (len(add + g) + 3)))
+    return ("usage: ragen2 train [-m] [GROUP=OPTION ...] [KEY=VALUE ...]\n\n"
+            "Train: warm start (tiny models), RL steps of rollout -> filter -> update -> weight sync,\n"
+            "held-out evaluations before, during and after. Hydra overrides; -m runs a sweep over\n"
+            "comma-separated values. The run directory is hydra.run.dir (default outputs/DATE/TIME).\n\n"
+            "config groups (configs/):\n" + "\n".join(lines) + "\n\n"
+            "examples:\n"
+            "  ragen2 train trainer.total_steps=10 seed=2\n"
+            "  ragen2 train env=sokoban filter=top_p filter.value=0.9\n"
+            "  ragen2 train -m filter=top_p filter.value=0.5,0.9 seed=0,1,2\n"
+            "  ragen2 train +experiment=ragen2_sokoban_0.5b model.path=/models/Qwen2.5-0.5B-Instruct\n"
+            "  ragen2 train hydra.run.dir=outputs/my_run trainer.resume=true\n\n"
+            "Every key, its type and its default: the documentation's Configuration reference\n"
+            "(docs/reference/configuration.md). The composed config: ragen2 train --cfg job [...].\n"
+            "Hydra's own help: ragen2 train --hydra-help.\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -43,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"ragen2: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr, end="")
         return 2
+    if name == "train" and argv[1:2] in (["--help"], ["-h"]):
+        print(train_help(), end="")
+        return 0
     from ragen2.train import import_from_working_dir
 
     import_from_working_dir()  # env.id=<module>:<id> names a module in the user's own folder
