@@ -153,6 +153,13 @@ def overrides(arm: str, seed: int, s: dict) -> list[str]:
             "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]", *s.get("extra", [])]
 
 
+def study_env(cache: Path) -> dict[str, str]:
+    """A run's environment: every cache under ``cache`` (:func:`robustness.cold_env`), and Ray's
+    workers at niceness 0 instead of Ray's default 15, so niced work elsewhere on the machine
+    takes only idle CPU from the run (the figures do not depend on it; the step times do)."""
+    return {**cold_env(cache), "RAY_worker_niceness": "0"}
+
+
 def git_commit() -> str | None:
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                        text=True, check=False)
@@ -167,7 +174,7 @@ def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path) -> dict:
     if run_dir.exists():  # an interrupted earlier attempt: start again
         shutil.rmtree(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    w = run_watched(cmd, run_dir.parent / f"{run_dir.name}.log", env=cold_env(cache), cwd=ROOT)
+    w = run_watched(cmd, run_dir.parent / f"{run_dir.name}.log", env=study_env(cache), cwd=ROOT)
     rc, wall = w["returncode"], w["wall_s"]
     step0 = {}
     if (run_dir / "metrics.jsonl").exists():
