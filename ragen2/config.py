@@ -156,7 +156,9 @@ class ModelConfig:
 
     name: str = "tiny"  # built-in model built when path is null: tiny | smollm2
     path: Optional[str] = None  # a local HF model directory or hub name (null = the built-in name)
-    dtype: str = "float32"  # float32 | bfloat16 | float16 (bf16 = mixed precision on CUDA)
+    # float32 | bfloat16 | float16 | auto (bf16 = FSDP2 mixed precision, fp32 master weights);
+    # auto: bf16 on CUDA and on CPUs with avx512_bf16/amx_bf16, else fp32 (ragen2.cluster.auto)
+    dtype: str = "float32"
     trust_remote_code: bool = False  # passed to transformers for models with their own code
     tiny: TinySpecConfig = field(default_factory=TinySpecConfig)
     cache_dir: Optional[str] = None  # tiny-model cache; default $RAGEN2_CACHE or ~/.cache/ragen2
@@ -164,7 +166,7 @@ class ModelConfig:
     def validate(self, p: str) -> None:
         from ragen2.models.builtin import BUILT_IN
 
-        _choice(self, p, "dtype", ("float32", "bfloat16", "float16"))
+        _choice(self, p, "dtype", ("float32", "bfloat16", "float16"))  # auto: resolved before
         if not self.path:
             _check(self.name in BUILT_IN, f"{p}.name", self.name,
                    f"with {p}.path null, a built-in model: {', '.join(BUILT_IN.names())} (or set "
@@ -561,17 +563,21 @@ class LoraConfig:
 class LearnerConfig:
     """FSDP2 learner memory/speed settings; none of them changes the maths of an update."""
 
-    activation_checkpointing: bool = False  # recompute activations in the backward (memory)
+    # recompute activations in the backward (memory); null: planned (ragen2.cluster.auto)
+    activation_checkpointing: Optional[bool] = False
     cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy (CUDA only)
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (CUDA + flash-attn)
-    micro_batch_tokens: int = 0  # >0: micro-batches balanced by token count within this budget
+    # >0: micro-batches balanced by token count within this budget; 0: algorithm.micro_batch_size
+    # rows each; null: the largest that fits this machine's memory (CPU; ragen2.cluster.auto)
+    micro_batch_tokens: Optional[int] = 0
     shared_prefix: bool = True  # forward a prompt shared by rows of a micro-batch once (same maths)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self, p: str) -> None:
         _choice(self, p, "attn_implementation", ("sdpa", "eager", "flash_attention_2"))
-        _check(self.micro_batch_tokens >= 0, f"{p}.micro_batch_tokens", self.micro_batch_tokens,
-               "must be >= 0 (0 = algorithm.micro_batch_size rows per micro-batch)")
+        _check(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0,
+               f"{p}.micro_batch_tokens", self.micro_batch_tokens,
+               "must be >= 0 (0 = algorithm.micro_batch_size rows per micro-batch) or null (planned)")
         self.lora.validate(f"{p}.lora")
 
 
@@ -736,8 +742,9 @@ class Config:
         if self.cluster.device == "cpu":
             _check(self.cluster.backend == "gloo", "cluster.backend", self.cluster.backend,
                    "gloo on cluster.device=cpu")
-            _check(self.model.dtype == "float32", "model.dtype", self.model.dtype,
-                   "float32 on cluster.device=cpu (bf16 is ~10x slower on this CPU)")
+            _check(self.model.dtype != "float16", "model.dtype", self.model.dtype,
+                   "float32 or bfloat16 on cluster.device=cpu (CPUs have no fast fp16; auto picks "
+                   "bf16 where the CPU has avx512_bf16)")
             for key, on, what in (
                     ("engine.sleep_mode", self.engine.sleep_mode, "vLLM sleep mode"),
                     ("learner.cpu_offload", self.learner.cpu_offload, "FSDP2 CPU offload"),
@@ -832,8 +839,11 @@ def to_config(cfg: DictConfig | Config) -> Config:
         raise config_error(e, [f"{e.full_key}={raw}"] if isinstance(raw, str) else []) from e
     if not isinstance(typed, Config):
         raise TypeError(f"expected a ragen2 Config, got {type(typed).__name__}")
+    from ragen2.cluster.auto import resolve_dtype, resolve_memory_knobs
+
+    typed = resolve_dtype(typed)  # model.dtype=auto: by this machine
     typed.validate()
-    return typed
+    return resolve_memory_knobs(typed)  # null learner memory knobs: by the memory estimate
 
 
 def _schema_keys(node: Any, prefix: str = "") -> dict[str, Any]:

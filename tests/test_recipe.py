@@ -44,7 +44,12 @@ def _recipe_values(c) -> dict:
 def test_a_pretrained_model_gets_the_pretrained_recipe(overrides):
     c = load_config(overrides)
     assert c.recipe == "pretrained"
-    assert _recipe_values(c) == PRETRAINED
+    want = dict(PRETRAINED)
+    if c.model.name == "smollm2":  # on the CPU its recipe leaves the micro-batch to the memory
+        # plan (configs/recipe/smollm2.yaml; tests/cluster/test_host_memory.py)
+        assert c.learner.micro_batch_tokens in (4096, 2048, 1024, 512)
+        want["micro_batch_tokens"] = c.learner.micro_batch_tokens
+    assert _recipe_values(c) == want
 
 
 @pytest.mark.parametrize("algorithm, entropy, clip_high", [

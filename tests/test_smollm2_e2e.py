@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 TINY_BUDGET = ["model=smollm2", "engine=vllm", "rollout.env_groups=2", "rollout.group_size=2",
                "rollout.max_turns=1", "engine.max_new_tokens=16", "trainer.eval_episodes=4",
                "trainer.eval_every=0", "trainer.loggers=[jsonl]", "monitor.name=none",
-               "algorithm.ppo_mini_batches=1"]
+               "algorithm.ppo_mini_batches=1",
+               "model.dtype=float32"]  # fixed (the recipe's auto picks bf16 on AVX-512 BF16 CPUs)
 TOL = 1e-3  # fp32 on the CPU (the recipe's probe tolerance, by model.dtype)
 
 

@@ -1,6 +1,8 @@
-"""``python -m ragen2.cluster [--gpu-gib G] OVERRIDES...``: does the config fit its GPUs?
+"""``python -m ragen2.cluster [--gpu-gib G] [--host-gib G] OVERRIDES...``: does the config fit?
 
-The per-GPU memory estimate of :mod:`ragen2.cluster.memory`, printed term by term, without a GPU.
+The per-GPU memory estimate of :mod:`ragen2.cluster.memory`, printed term by term, without a GPU;
+for a CPU job (``cluster.device=cpu``) the host-memory estimate of every process
+(:mod:`ragen2.cluster.host_memory`) on this machine, or on one of ``--host-gib`` GiB.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ragen2.cluster", description=main.__doc__)
     ap.add_argument("--gpu-gib", type=float, default=H100_80GB / GiB,
                     help="memory of one GPU in GiB (torch's total_memory; default %(default).1f)")
+    ap.add_argument("--host-gib", type=float, default=None,
+                    help="CPU jobs: a machine of this many GiB, all of it available (default: "
+                         "this machine's MemTotal and MemAvailable)")
     ap.add_argument("overrides", nargs="*", help="ragen2-train overrides, e.g. "
                     "+experiment=ragen2_sokoban cluster=gpu_1")
     args = ap.parse_args(argv)
@@ -32,8 +37,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if cfg.cluster.device != "cuda":
-        print("cluster.device=cpu: nothing to estimate (pick a cluster=gpu_* preset)", file=sys.stderr)
-        return 2
+        return _host(cfg, args.host_gib)
     b = estimate_memory(cfg, int(args.gpu_gib * GiB))
     if b is None:
         print(f"unknown model shape for {cfg.model.path or cfg.model.name}: no config.json found "
@@ -46,6 +50,33 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("fits")
         return 0
     print(f"does not fit: {'; '.join(b.problems)}\n  fix: {fix_advice(cfg, b)}")
+    return 1
+
+
+def _host(cfg, host_gib: Optional[float]) -> int:  # noqa: ANN001  (a Config)
+    """The CPU job's host-memory budget (printed); 0 fits, 1 does not, 2 unknown."""
+    import sys
+
+    from ragen2.cluster import host_memory as hm
+    from ragen2.cluster.host import HostMemory, host_memory
+
+    host = (HostMemory(int(host_gib * GiB), int(host_gib * GiB)) if host_gib is not None
+            else host_memory())
+    b = hm.estimate_host_memory(cfg, host) if host is not None else None
+    if b is None:
+        print(f"no host-memory estimate for {cfg.model.path or cfg.model.name} (unknown model "
+              "shape, or /proc/meminfo unreadable)", file=sys.stderr)
+        return 2
+    print(b.describe())
+    print(f"learner: learner.micro_batch_tokens={cfg.learner.micro_batch_tokens}, "
+          f"learner.activation_checkpointing={cfg.learner.activation_checkpointing}, "
+          f"model.dtype={cfg.model.dtype}")
+    for w in b.warnings:
+        print(f"warning: {w}")
+    if b.fits:
+        print("fits")
+        return 0
+    print(f"does not fit: {'; '.join(b.problems)}\n  fix: {hm.fix_advice(cfg, b)}")
     return 1
 
 

@@ -1,7 +1,8 @@
 """Hardware and package checks run before anything starts.
 
 :func:`hardware_problems` lists what this machine lacks for the config (CUDA, NCCL, vLLM,
-flash-attn, bf16, GPU memory by the estimate of :mod:`ragen2.cluster.memory`), each as a few
+flash-attn, bf16, GPU memory by the estimate of :mod:`ragen2.cluster.memory`, host memory on
+the CPU by :mod:`ragen2.cluster.host_memory`), each as a few
 lines naming the config key and the fix; :func:`check_hardware` raises :class:`HardwareError`
 with all of them. The checks look at *this* process's machine: with ``cluster.address`` set,
 the driver may sit on a CPU-only head node, so :func:`check_hardware_on_cluster` runs the same
@@ -84,6 +85,9 @@ def hardware_problems(cfg: Config) -> list[str]:
                        "-e .[flash]` in the GPU venv")
     if c.device == "cuda" and not cuda_missing:
         out.extend(_memory_problems(cfg))
+    if c.device == "cpu":
+        out.extend(_host_memory_problems(cfg))
+        _warn_slow_cpu_bf16(cfg)
     if cfg.model.dtype == "bfloat16" and c.device == "cuda" and not cuda_missing:
         import torch
 
@@ -111,6 +115,26 @@ def _memory_problems(cfg: Config) -> list[str]:
     for w in warnings:
         log.warning("%s", w)
     return problems
+
+
+def _host_memory_problems(cfg: Config) -> list[str]:
+    """The host-memory estimate of a CPU job (:mod:`ragen2.cluster.host_memory`) on this machine."""
+    from ragen2.cluster.host_memory import host_memory_problems
+
+    problems, warnings = host_memory_problems(cfg)
+    for w in warnings:
+        log.warning("%s", w)
+    return problems
+
+
+def _warn_slow_cpu_bf16(cfg: Config) -> None:
+    """bf16 asked for on a CPU without bf16 instructions runs, ~10x slower than fp32: say so."""
+    from ragen2.cluster.host import BF16_FLAGS, cpu_bf16
+
+    if cfg.model.dtype == "bfloat16" and not cpu_bf16():
+        log.warning("model.dtype=bfloat16 on a CPU without %s: bf16 matmuls are emulated there "
+                    "(~10x slower than fp32); model.dtype=auto or float32 is faster",
+                    " or ".join(BF16_FLAGS))
 
 
 def _vllm_problems(device: str) -> list[str]:

@@ -27,6 +27,8 @@ SCENARIOS = {
     "prefix": ("algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=1"),
     "prefix_off": ("algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=1",
                    "learner.shared_prefix=false"),
+    # bf16 mixed precision on the CPU (gloo gathers bf16, reduces fp32 gradients)
+    "bf16": ("algorithm.micro_batch_size=2", "model.dtype=bfloat16"),
 }
 if importlib.util.find_spec("peft") is not None:  # the `lora` extra
     SCENARIOS["lora"] = ("learner.micro_batch_tokens=20", "learner.lora.rank=4",
@@ -101,6 +103,14 @@ def test_two_ranks(tiny_model_path, two_rank_results):
         assert r1[name]["logprobs"] is None and len(r0[name]["logprobs"]) == len(PROBE_IDS) - 1
         for k, v in r0[name]["weights"].items():  # every rank receives every full tensor
             torch.testing.assert_close(r1[name]["weights"][k], v, rtol=0, atol=0)
+
+    bf16, rows = r0["bf16"], r0["rows"]  # same batch and micro-batches, bf16 compute
+    assert bf16["metrics"]["actor/optimizer_steps"] == 2
+    assert bf16["metrics"]["actor/grad_norm"] == pytest.approx(rows["metrics"]["actor/grad_norm"],
+                                                               rel=0.05)
+    assert all(v.dtype == torch.float32 for v in bf16["weights"].values())  # fp32 masters
+    gap = np.abs(np.subtract(bf16["logprobs"], rows["logprobs"])).mean()
+    assert 0 < gap < 0.05, gap  # bf16 rounding, not a different model
 
     rows, tokens = r0["rows"], r0["tokens"]
     for key in ("actor/loss", "actor/grad_norm"):

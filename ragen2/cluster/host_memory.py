@@ -1,0 +1,333 @@
+"""Host memory of a CPU job, per process, estimated before anything starts; and the plan that
+picks the learner's memory knobs to fit it.
+
+On ``cluster.device=cpu`` every process of a run lives in one machine's memory: the driver, Ray's
+own processes, ``cluster.learner_world_size`` learner ranks and ``rollout.num_workers`` rollout
+workers (each with its engine). :func:`estimate_host_memory` adds up what each needs at its peak,
+term by term (:class:`HostBudget`); :func:`plan_host_memory` picks ``learner.micro_batch_tokens``
+and ``learner.activation_checkpointing`` where the config leaves them ``null`` (the fastest pair
+that fits, see :data:`CANDIDATES`); :func:`host_memory_problems` is the preflight's refusal, with
+the numbers and the keys to change. The GPU estimate is :mod:`ragen2.cluster.memory`; the shapes
+and the per-token activation bytes ``a`` are shared with it (:mod:`ragen2.cluster.shapes`).
+
+**The formula** (bytes; P = parameters of the policy, P_c = of the critic, W = learner ranks, c =
+compute bytes: 4 in fp32, 2 in bf16 (``model.dtype=bfloat16``: FSDP2 mixed precision, fp32 master
+weights), H / L / V = hidden size, layers, vocabulary):
+
+learner rank, resident
+  * ``LEARNER_PROCESS``: the Ray actor with torch, transformers and gloo imported
+  * policy ``12 P / W`` (fp32 weights and AdamW's two moments; LoRA ``4 P / W``), reference
+    ``4 P / W`` with ``algorithm.kl_coef > 0``, critic ``12 P_c / W`` with ``adv_estimator=gae``
+learner rank, on top, the largest of three moments that never overlap
+  * the update: gradients ``4 P / W`` (+ ``4 P_c / W``; LoRA none), the gathered compute copy
+    ``c P`` when the model is sharded (W > 1 or bf16; one fp32 rank computes on its own weights),
+    the activations of one micro-batch of ``N = max(learner.micro_batch_tokens,
+    rollout.max_context_tokens)`` tokens: ``N L a c / 2`` (``a`` is bf16 bytes per token and
+    layer), with activation checkpointing ``N (c H L + a c / 2)``; and the logits ``N V (c + 12)``,
+    ``N V (c + 20)`` with an entropy bonus (the logits, their fp32 upcast, the saved log-softmax
+    and the gradient; the entropy's gradient path keeps two more fp32 copies: the GPU estimate's
+    per-logit bytes, ``ragen2.cluster.memory``)
+  * the MI monitor's scoring (``monitor.name=mi``): the gathered compute copy (sharded) and one
+    slice of ``S = monitor.score_tokens`` continuation tokens, ``S V (c + 8)`` (the logits, their
+    fp32 upcast and log-softmax; ``ragen2.learner.scoring`` slices by that budget)
+  * loading (rank 0 of a sharded learner): one full fp32 copy ``4 P`` besides its shards
+rollout worker (one per ``rollout.num_workers``)
+  * HF engine: ``HF_ENGINE_PROCESS``, weights ``c P``, the KV cache of every episode it runs at
+    once at ``rollout.max_context_tokens`` (``2 L kv d c`` bytes a token) and the sampler's
+    ``16 V`` bytes per sequence (fp32 logits, log-softmax, the top-p sort)
+  * vLLM-CPU: ``VLLM_ENGINE_PROCESS``, weights ``c P`` and its KV cache ``engine.cpu_kvcache_gb``
+    (VLLM_CPU_KVCACHE_SPACE, allocated at start; it queues what does not fit)
+the rest
+  * the driver (``DRIVER_PROCESS``), Ray's daemons (``RAY_PROCESSES``), and the weights in Ray's
+    object store during a sync (``4 P``: fp32 numpy buckets, ``ragen2.sync.object_store``)
+
+The room: ``MemAvailable`` minus what Ray's memory monitor keeps free (it kills the newest worker
+when the node's use passes ``RAY_memory_usage_threshold``, 0.95 of ``MemTotal`` by default), so
+memory other jobs hold is respected. A fit within ``MARGIN`` of the room is a warning.
+The process constants were measured on the CPU machines (``benchmarks/host_memory.py``); the
+update and scoring terms are upper bounds (full-length rows, no credit for the shared prefix or
+``logits_to_keep``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from ragen2.cluster.host import HostMemory, host_memory
+from ragen2.cluster.shapes import ModelShape, model_shape
+from ragen2.config import Config
+
+GiB = 2**30
+LEARNER_PROCESS = 1.0 * GiB
+HF_ENGINE_PROCESS = 1.0 * GiB
+VLLM_ENGINE_PROCESS = 1.5 * GiB
+DRIVER_PROCESS = 1.2 * GiB
+RAY_PROCESSES = 1.0 * GiB
+RAY_THRESHOLD = 0.95  # Ray's memory monitor default (RAY_memory_usage_threshold)
+MARGIN = 0.10
+SCORE_CHUNK = 64  # continuations per scoring forward before monitor.score_tokens existed
+#: (activation checkpointing, micro-batch tokens), fastest first: without recomputation any
+#: micro-batch of >= 1k tokens keeps both CPU cores busy, so recomputation (~+30% of a step) is
+#: the last resort, and a smaller micro-batch only costs per-call overhead
+CANDIDATES: tuple[tuple[bool, int], ...] = (
+    (False, 4096), (False, 2048), (False, 1024),
+    (True, 4096), (True, 2048), (True, 1024), (True, 512))
+__all__ = ["CANDIDATES", "HostBudget", "estimate_host_memory", "host_memory_problems",
+           "plan_host_memory"]
+
+
+@dataclass
+class HostBudget:
+    """Peak bytes of every process of a CPU job on one machine (see the module docstring)."""
+
+    model: str
+    room: float  # what the job may use: MemAvailable less Ray's reserve
+    host: HostMemory
+    learner: dict[str, float] = field(default_factory=dict)  # resident terms of one rank
+    update: dict[str, float] = field(default_factory=dict)  # one rank's update, on top
+    scoring: dict[str, float] = field(default_factory=dict)  # one rank's monitor scoring, on top
+    loading: float = 0.0  # rank 0's full copy while it loads, on top
+    ranks: int = 1
+    engine: dict[str, float] = field(default_factory=dict)  # one rollout worker
+    workers: int = 1
+    shared: dict[str, float] = field(default_factory=dict)  # driver, Ray, the object store
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def learner_peak(self) -> float:
+        """One learner rank at its peak (rank 0's loading copy included)."""
+        extra = max(sum(self.update.values()), sum(self.scoring.values()), self.loading)
+        return sum(self.learner.values()) + extra
+
+    @property
+    def engine_peak(self) -> float:
+        return sum(self.engine.values())
+
+    @property
+    def need(self) -> float:
+        return (self.ranks * self.learner_peak + self.workers * self.engine_peak
+                + sum(self.shared.values()))
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """Every term in GiB, one line per kind of process (for the log and the refusal)."""
+        def terms(d: dict[str, float]) -> str:
+            return ", ".join(f"{k} {gib(v)}" for k, v in d.items() if v)
+
+        return "\n".join([
+            f"host memory ({self.model}): need {gib(self.need)} of the {gib(self.room)} this job "
+            f"may use ({gib(self.host.available)} available of {gib(self.host.total)}, less Ray's "
+            f"{1 - _ray_threshold():.0%} reserve)",
+            f"  {self.ranks} learner rank(s), {gib(self.learner_peak)} each at the peak: "
+            f"{terms(self.learner)}; + the largest of: update {gib(sum(self.update.values()))} "
+            f"({terms(self.update)}), monitor scoring {gib(sum(self.scoring.values()))} "
+            f"({terms(self.scoring)}), loading {gib(self.loading)}",
+            f"  {self.workers} rollout worker(s), {gib(self.engine_peak)} each: {terms(self.engine)}",
+            f"  shared: {terms(self.shared)}"])
+
+
+def gib(x: float) -> str:
+    return f"{x / GiB:.1f} GiB"
+
+
+def _ray_threshold() -> float:
+    try:
+        return float(os.environ.get("RAY_memory_usage_threshold", RAY_THRESHOLD))
+    except ValueError:
+        return RAY_THRESHOLD
+
+
+def compute_bytes(cfg: Config) -> int:
+    """Bytes of the compute dtype: 2 for bf16/fp16 (an unresolved ``auto`` counts as fp32)."""
+    return 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+
+
+def micro_batch_tokens(cfg: Config, mbt: Optional[int] = None) -> int:
+    """``N``, the padded tokens of the largest micro-batch (module docstring)."""
+    mbt = cfg.learner.micro_batch_tokens if mbt is None else mbt
+    if mbt and mbt > 0:
+        return max(mbt, cfg.rollout.max_context_tokens)
+    return cfg.algorithm.micro_batch_size * cfg.rollout.max_context_tokens
+
+
+def update_terms(cfg: Config, shape: ModelShape, ckpt: bool, n_tok: int) -> dict[str, float]:
+    """What one learner rank adds during an update, on top of what it keeps resident."""
+    p, pc, w, c = shape.params(), shape.critic_params(), cfg.cluster.learner_world_size, compute_bytes(cfg)
+    lora, critic = cfg.learner.lora.rank > 0, cfg.algorithm.adv_estimator == "gae"
+    h, layers = shape.hidden_size, shape.num_layers
+    a = shape.activation_bytes_per_token_layer() * c / 2
+    sharded = w > 1 or c == 2
+    gathered = (c * p if cfg.learner.shared_prefix else 2 * c * p / layers) if sharded else 0.0
+    per_logit = c + 12 + (8 if cfg.algorithm.entropy_coef > 0 else 0)
+    return {
+        "gradients": (0 if lora else 4 * p / w) + (4 * pc / w if critic else 0),
+        "gathered weights": gathered,
+        "activations": n_tok * (c * h * layers + a) if ckpt else n_tok * a * layers,
+        "logits": n_tok * shape.vocab_size * per_logit,
+    }
+
+
+def scoring_terms(cfg: Config, shape: ModelShape) -> dict[str, float]:
+    """One scoring slice of the MI monitor and probe panel (none when neither runs)."""
+    m = cfg.monitor
+    if m.name != "mi" or not (m.every > 0 or m.panel_size > 0):
+        return {}
+    c, w = compute_bytes(cfg), cfg.cluster.learner_world_size
+    s = getattr(m, "score_tokens", SCORE_CHUNK * cfg.engine.max_new_tokens)
+    return {"gathered weights": c * shape.params() if (w > 1 or c == 2) else 0.0,
+            "scoring logits": s * shape.vocab_size * (c + 8)}
+
+
+def _episodes_per_worker(cfg: Config) -> int:
+    ro, workers = cfg.rollout, max(1, cfg.rollout.num_workers)
+    return max(math.ceil(ro.env_groups * ro.group_size / workers),
+               math.ceil(cfg.trainer.eval_episodes / workers))
+
+
+def estimate_host_memory(cfg: Config, host: HostMemory, shape: Optional[ModelShape] = None,
+                         ckpt: Optional[bool] = None, mbt: Optional[int] = None,
+                         ) -> Optional[HostBudget]:
+    """The host-memory budget of CPU job ``cfg`` on a machine with ``host``; None on CUDA or for
+    a model whose shape is unknown. ``ckpt`` / ``mbt`` stand in for the learner's activation
+    checkpointing and micro-batch tokens (the plan tries candidates; default: the config's)."""
+    if cfg.cluster.device != "cpu":
+        return None
+    shape = shape or model_shape(cfg)
+    if shape is None:
+        return None
+    lc, alg = cfg.learner, cfg.algorithm
+    ckpt = bool(lc.activation_checkpointing) if ckpt is None else ckpt
+    p, pc, w, c = shape.params(), shape.critic_params(), cfg.cluster.learner_world_size, compute_bytes(cfg)
+    learner = {"process": LEARNER_PROCESS,
+               "policy weights+Adam": (4 * p if lc.lora.rank > 0 else 12 * p) / w}
+    if alg.kl_coef > 0:
+        learner["reference"] = 4 * p / w
+    if alg.adv_estimator == "gae":
+        learner["critic weights+Adam"] = 12 * pc / w
+    b = HostBudget(model=shape.name or cfg.model.path or cfg.model.name,
+                   room=host.available - (1 - _ray_threshold()) * host.total, host=host,
+                   learner=learner, ranks=w, workers=max(1, cfg.rollout.num_workers),
+                   update=update_terms(cfg, shape, ckpt, micro_batch_tokens(cfg, mbt)),
+                   scoring=scoring_terms(cfg, shape),
+                   loading=4 * p if (w > 1 or c == 2) else 0.0)
+    if cfg.engine.name == "vllm":
+        b.engine = {"process": VLLM_ENGINE_PROCESS, "weights": c * p,
+                    "KV cache (engine.cpu_kvcache_gb)": cfg.engine.cpu_kvcache_gb * GiB}
+    else:
+        seqs = _episodes_per_worker(cfg)
+        b.engine = {"process": HF_ENGINE_PROCESS, "weights": c * p,
+                    f"KV of {seqs} sequences": seqs * cfg.rollout.max_context_tokens
+                    * shape.kv_bytes_per_token(c),
+                    "sampler": seqs * shape.vocab_size * 16}
+    b.shared = {"driver": DRIVER_PROCESS, "Ray": RAY_PROCESSES, "object store (sync)": 4 * p}
+    if b.need > b.room:
+        b.problems.append(f"the job needs {gib(b.need)} of host memory and may use {gib(b.room)}")
+    elif b.need > (1 - MARGIN) * b.room:
+        b.warnings.append(f"the job's host-memory estimate {gib(b.need)} is within {MARGIN:.0%} "
+                          f"of the {gib(b.room)} it may use")
+    return b
+
+
+def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
+                     shape: Optional[ModelShape] = None) -> dict[str, Any]:
+    """``{learner.activation_checkpointing, learner.micro_batch_tokens}`` for the knobs ``cfg``
+    leaves null: the first of :data:`CANDIDATES` (fixed knobs held) whose estimate fits, else the
+    one that needs least (the preflight then refuses it, naming what to set). Knobs set in the
+    config are returned as they are; on CUDA, or with no estimate, null knobs get
+    :data:`FALLBACK`."""
+    lc = cfg.learner
+    fixed = {"learner.activation_checkpointing": lc.activation_checkpointing,
+             "learner.micro_batch_tokens": lc.micro_batch_tokens}
+    if all(v is not None for v in fixed.values()):
+        return fixed
+    host = host or host_memory()
+    shape = shape or model_shape(cfg)
+    if cfg.cluster.device != "cpu" or host is None or shape is None:
+        return {k: FALLBACK[k] if v is None else v for k, v in fixed.items()}
+    options = [(ck, mb) for ck, mb in CANDIDATES
+               if lc.activation_checkpointing in (None, ck) and lc.micro_batch_tokens in (None, mb)]
+    if not options:  # one knob fixed to a value outside the candidates
+        options = [(ck if lc.activation_checkpointing is None else lc.activation_checkpointing,
+                    mb if lc.micro_batch_tokens is None else lc.micro_batch_tokens)
+                   for ck, mb in CANDIDATES]
+    seen, budgets = set(), []
+    for ck, mb in options:
+        n = micro_batch_tokens(cfg, mb)
+        if (ck, n) in seen:  # rows longer than the budget: the same N as a larger candidate
+            continue
+        seen.add((ck, n))
+        b = estimate_host_memory(cfg, host, shape, ckpt=ck, mbt=mb)
+        if b is not None and b.fits:
+            return {"learner.activation_checkpointing": ck, "learner.micro_batch_tokens": mb}
+        budgets.append((b.need if b else math.inf, ck, mb))
+    _, ck, mb = min(budgets)
+    return {"learner.activation_checkpointing": ck, "learner.micro_batch_tokens": mb}
+
+
+#: what null knobs become without a host estimate (CUDA: the pretrained recipe's values)
+FALLBACK = {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 4096}
+
+
+def apply_plan(cfg: Config, plan: dict[str, Any]) -> Config:
+    """``cfg`` with the plan's learner knobs set (a new object; ``cfg`` is not changed)."""
+    learner = replace(cfg.learner, activation_checkpointing=plan["learner.activation_checkpointing"],
+                      micro_batch_tokens=plan["learner.micro_batch_tokens"])
+    return replace(cfg, learner=learner)
+
+
+def fix_advice(cfg: Config, b: HostBudget) -> str:
+    """The config keys that lower the need, biggest lever first, for the refusal."""
+    out = []
+    if cfg.cluster.learner_world_size > 1:
+        out.append(f"cluster.learner_world_size=1 (now {cfg.cluster.learner_world_size}: every "
+                   f"rank holds {gib(b.learner_peak)})")
+    if not cfg.learner.activation_checkpointing:
+        out.append("learner.activation_checkpointing=true")
+    ctx, mbt = cfg.rollout.max_context_tokens, cfg.learner.micro_batch_tokens or 0
+    out.append(f"a smaller learner.micro_batch_tokens (now {mbt})" if mbt > ctx else
+               f"a smaller rollout.max_context_tokens (now {ctx}: a row that long is one "
+               "micro-batch)")
+    if cfg.engine.name == "hf":
+        out.append("engine=vllm (a fixed KV cache; it queues what does not fit)")
+        out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes})")
+    elif cfg.engine.cpu_kvcache_gb > 1:
+        out.append(f"a smaller engine.cpu_kvcache_gb (now {cfg.engine.cpu_kvcache_gb})")
+    if b.scoring and sum(b.scoring.values()) >= sum(b.update.values()):
+        out.append("a smaller monitor.score_tokens" if hasattr(cfg.monitor, "score_tokens") else
+                   f"a smaller engine.max_new_tokens (the monitor scores {SCORE_CHUNK} "
+                   "continuations at once) or monitor.name=none")
+    if cfg.learner.lora.rank == 0:
+        out.append("learner.lora.rank=16 (adapters only)")
+    from ragen2.cluster.host import cpu_bf16
+
+    if compute_bytes(cfg) == 4 and cpu_bf16():
+        out.append("model.dtype=bfloat16 (this CPU has bf16 instructions)")
+    return "; ".join(out)
+
+
+def host_memory_problems(cfg: Config, host: Optional[HostMemory] = None,
+                         ) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of CPU job ``cfg`` on this machine (or ``host``): each problem one
+    message with the estimate and the keys to change; empty on CUDA or when it cannot be told."""
+    host = host or host_memory()
+    if host is None:
+        return [], []
+    b = estimate_host_memory(cfg, host)
+    if b is None:
+        return [], []
+    warnings = [f"host memory estimate: {w}" for w in b.warnings]
+    if b.fits:
+        return [], warnings
+    msg = (f"the job does not fit in this machine's memory (ragen2.cluster.host_memory "
+           f"estimate): {'; '.join(b.problems)}.\n{b.describe()}\n  fix: {fix_advice(cfg, b)}; "
+           "or cluster.memory_check=false to launch anyway")
+    if not cfg.cluster.memory_check:
+        return [], warnings + [msg.replace("does not fit", "may not fit", 1)]
+    return [msg], warnings

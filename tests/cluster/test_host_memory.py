@@ -1,0 +1,199 @@
+"""The CPU side of the memory estimate and the machine's choices (ragen2/cluster/host.py,
+host_memory.py, auto.py): /proc parsers on hand-written files, SmolLM2's per-process budget worked
+out by hand, the plan's choice of the learner's memory knobs, the refusal, and model.dtype=auto."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen2.cluster import auto, host_memory as hm
+from ragen2.cluster.host import HostMemory, cpu_bf16, cpu_flags, host_memory
+from ragen2.cluster.shapes import KNOWN_SHAPES
+from ragen2.train import load_config
+
+GiB = 2**30
+SMOL = KNOWN_SHAPES["HuggingFaceTB/SmolLM2-135M-Instruct"]
+P = 134_515_008  # SmolLM2-135M by hand: 49152 x 576 embeddings (tied) + 30 x 3,540,096 + 576
+BIG = HostMemory(total=1024 * GiB, available=1000 * GiB)
+
+CPUINFO_AVX512 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16 fma
+processor\t: 1
+flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16 fma
+"""
+CPUINFO_AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+
+
+def test_cpu_flags_and_bf16():
+    assert {"avx2", "avx512_bf16"} <= cpu_flags(CPUINFO_AVX512)
+    assert cpu_bf16(CPUINFO_AVX512) and not cpu_bf16(CPUINFO_AVX2)
+    assert cpu_bf16("flags : avx2 amx_bf16 amx_tile\n")  # AMX counts too
+    assert cpu_flags("no flags here\n") == set() and not cpu_bf16("")
+
+
+def test_host_memory_reads_total_and_available():
+    m = host_memory("MemTotal:       24576000 kB\nMemFree:  1000 kB\nMemAvailable:   20480000 kB\n")
+    assert m == HostMemory(total=24_576_000 * 1024, available=20_480_000 * 1024)
+    assert host_memory("MemTotal: 2048 kB\nMemFree: 1024 kB\n").available == 1024 * 1024
+    assert host_memory("nothing\n") is None
+    here = host_memory()  # this Linux machine
+    assert here is not None and 0 < here.available <= here.total
+
+
+def test_smollm2_shape_by_hand():
+    assert SMOL.params() == P
+    assert SMOL.activation_bytes_per_token_layer() == 2 * (6 * 576 + 2 * 3 * 64 + 4 * 1536) == 19_968
+    assert SMOL.kv_bytes_per_token(4) == 2 * 30 * 3 * 64 * 4 == 46_080
+
+
+def smol(*extra: str):
+    return load_config(["model=smollm2", "model.dtype=float32", "engine=vllm",
+                        "learner.micro_batch_tokens=2048", "learner.activation_checkpointing=false",
+                        *extra])
+
+
+def test_one_fp32_rank_by_hand():
+    """W = 1, fp32, GRPO with the recipe's entropy bonus (k = 3), no KL, a 1024-token context."""
+    cfg = smol("cluster.learner_world_size=1", "rollout.max_context_tokens=1024",
+               "engine.max_new_tokens=64")
+    b = hm.estimate_host_memory(cfg, BIG)
+    n = 2048  # max(micro_batch_tokens 2048, context 1024)
+    assert b.learner == {"process": hm.LEARNER_PROCESS, "policy weights+Adam": 12 * P}
+    assert b.update == {
+        "gradients": 4 * P,
+        "gathered weights": 0.0,  # one fp32 rank computes on its own weights
+        "activations": n * 2 * 19_968 * 30,  # fp32: twice the bf16 bytes, every layer kept
+        "logits": n * 49_152 * (4 + 12 + 8)}  # fp32 logits, upcast, log-softmax, grad, entropy
+    s = getattr(cfg.monitor, "score_tokens", 64 * 64)  # one slice of scored continuations
+    assert b.scoring == {"gathered weights": 0.0, "scoring logits": s * 49_152 * (4 + 8)}
+    assert b.loading == 0.0
+    update = 4 * P + n * 2 * 19_968 * 30 + n * 49_152 * 24  # 5.04 GiB > scoring's <= 2.25 GiB
+    assert b.learner_peak == pytest.approx(hm.LEARNER_PROCESS + 12 * P + update)
+    assert b.engine_peak == pytest.approx(hm.VLLM_ENGINE_PROCESS + 4 * P + 1 * GiB)
+    assert sum(b.shared.values()) == pytest.approx(hm.DRIVER_PROCESS + hm.RAY_PROCESSES + 4 * P)
+    assert b.need == pytest.approx(b.learner_peak + b.engine_peak + sum(b.shared.values()))
+    assert b.room == pytest.approx(1000 * GiB - 0.05 * 1024 * GiB) and b.fits
+
+
+def test_two_bf16_ranks_with_checkpointing_by_hand():
+    """W = 2 in bf16 with checkpointing: half the states, a bf16 gathered copy, block inputs only."""
+    cfg = smol("model.dtype=bfloat16", "learner.activation_checkpointing=true",
+               "rollout.max_context_tokens=4096", "monitor.name=none")
+    b = hm.estimate_host_memory(cfg, BIG)
+    n = 4096  # the context: a row may be that long
+    assert b.learner["policy weights+Adam"] == 12 * P / 2
+    assert b.update == {
+        "gradients": 4 * P / 2, "gathered weights": 2 * P,
+        "activations": n * (2 * 576 * 30 + 19_968),  # each block's input + one block recomputed
+        "logits": n * 49_152 * (2 + 12 + 8)}
+    assert b.scoring == {} and b.loading == 4 * P  # rank 0's fp32 copy while it loads
+    assert b.ranks == 2 and b.need == pytest.approx(
+        2 * b.learner_peak + hm.VLLM_ENGINE_PROCESS + 2 * P + GiB + sum(b.shared.values()))
+
+
+def test_hf_engine_counts_every_episode_at_full_context():
+    cfg = smol("engine=hf", "rollout.env_groups=4", "rollout.group_size=4",
+               "trainer.eval_episodes=32", "rollout.max_context_tokens=1024")
+    b = hm.estimate_host_memory(cfg, BIG)
+    assert b.engine == {"process": hm.HF_ENGINE_PROCESS, "weights": 4 * P,
+                        "KV of 32 sequences": 32 * 1024 * 46_080, "sampler": 32 * 49_152 * 16}
+
+
+def free_cfg(*extra: str):
+    """SmolLM2 with the memory knobs the overrides leave unset null again, as the recipe leaves
+    them (load_config already planned them for this machine)."""
+    from dataclasses import replace
+
+    cfg = load_config(["model=smollm2", "model.dtype=float32", "engine=vllm",
+                       "rollout.max_context_tokens=1024", "engine.max_new_tokens=64", *extra])
+    given = " ".join(extra)
+    lc = replace(cfg.learner,
+                 micro_batch_tokens=cfg.learner.micro_batch_tokens if "micro_batch" in given else None,
+                 activation_checkpointing=(cfg.learner.activation_checkpointing
+                                           if "checkpointing" in given else None))
+    return replace(cfg, learner=lc)
+
+
+def needs(cfg, ckpt, mbt):
+    return hm.estimate_host_memory(cfg, BIG, ckpt=ckpt, mbt=mbt).need
+
+
+def room_for(need: float) -> HostMemory:
+    """A host whose room (available less Ray's 5% of the total) is exactly ``need``."""
+    total = 64 * GiB
+    return HostMemory(total=total, available=int(need + 0.05 * total) + 1)
+
+
+def test_the_plan_takes_the_fastest_candidate_that_fits():
+    cfg = free_cfg()
+    plan = lambda host: hm.plan_host_memory(cfg, host)  # noqa: E731
+    key = ("learner.activation_checkpointing", "learner.micro_batch_tokens")
+    as_pair = lambda p: tuple(p[k] for k in key)  # noqa: E731
+    assert as_pair(plan(BIG)) == (False, 4096)
+    assert as_pair(plan(room_for(needs(cfg, False, 2048)))) == (False, 2048)
+    # just short of un-checkpointed 1024-token micro-batches: checkpointing, with the largest
+    # micro-batch that then fits (the logits grow with it: 24 bytes a token and vocabulary entry)
+    room = needs(cfg, False, 1024) - 1
+    assert needs(cfg, True, 1024) < room < min(needs(cfg, True, 2048), needs(cfg, True, 4096))
+    assert as_pair(plan(room_for(room))) == (True, 1024)
+    # nothing fits: the smallest need, and the preflight refuses it naming the keys
+    tiny_host = HostMemory(total=8 * GiB, available=4 * GiB)
+    chosen = plan(tiny_host)
+    assert as_pair(chosen) == (True, 1024)  # (True, 512) is the same N: rows are 1024 long
+    problems, _ = hm.host_memory_problems(hm.apply_plan(cfg, chosen), tiny_host)
+    assert len(problems) == 1 and "cluster.learner_world_size=1" in problems[0]
+    assert "does not fit in this machine's memory" in problems[0]
+
+
+def test_a_knob_set_in_the_config_is_kept():
+    cfg = free_cfg("learner.micro_batch_tokens=1024")
+    p = hm.plan_host_memory(cfg, BIG)
+    assert p == {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 1024}
+    cfg = free_cfg("learner.activation_checkpointing=true")
+    assert hm.plan_host_memory(cfg, BIG)["learner.activation_checkpointing"] is True
+    assert load_config(["model=smollm2", "learner.micro_batch_tokens=512",
+                        "learner.activation_checkpointing=true"]).learner.micro_batch_tokens == 512
+
+
+def test_null_knobs_are_resolved_by_load_config():
+    lc = load_config(["model=smollm2"]).learner
+    assert lc.micro_batch_tokens in {mb for _, mb in hm.CANDIDATES}
+    assert lc.activation_checkpointing in (True, False)
+    cuda = load_config(["model=smollm2", "cluster=gpu_1", "model.dtype=bfloat16"]).learner
+    assert (cuda.micro_batch_tokens, cuda.activation_checkpointing) == (4096, False)
+    tiny = load_config([]).learner  # the tiny recipe sets both
+    assert (tiny.micro_batch_tokens, tiny.activation_checkpointing) == (0, False)
+
+
+def test_memory_check_false_turns_the_refusal_into_a_warning():
+    cfg = free_cfg("cluster.memory_check=false")
+    problems, warnings = hm.host_memory_problems(cfg, HostMemory(8 * GiB, 2 * GiB))
+    assert problems == [] and any("may not fit" in w for w in warnings)
+    assert hm.estimate_host_memory(load_config(["cluster=gpu_1", "model=smollm2",
+                                                "model.dtype=bfloat16"]), BIG) is None
+
+
+@pytest.mark.parametrize("flags, device, want", [
+    (CPUINFO_AVX512, "cpu", "bfloat16"), (CPUINFO_AVX2, "cpu", "float32"),
+    (CPUINFO_AVX2, "cuda", "bfloat16")])
+def test_auto_dtype(flags, device, want, monkeypatch):
+    monkeypatch.delenv("RAGEN2_CPU_BF16", raising=False)
+    dtype, why = auto.auto_dtype(device, flags)
+    assert dtype == want and why
+
+
+def test_auto_dtype_in_the_config_and_its_override(monkeypatch):
+    import ragen2.cluster.host as host
+
+    monkeypatch.delenv("RAGEN2_CPU_BF16", raising=False)
+    monkeypatch.setattr(host, "cpu_bf16", lambda cpuinfo=None: True)
+    assert load_config(["model=smollm2"]).model.dtype == "bfloat16"
+    assert load_config(["model=smollm2", "model.dtype=float32"]).model.dtype == "float32"
+    monkeypatch.setattr(host, "cpu_bf16", lambda cpuinfo=None: False)
+    assert load_config(["model=smollm2"]).model.dtype == "float32"
+    monkeypatch.setenv("RAGEN2_CPU_BF16", "1")
+    assert load_config(["model=smollm2"]).model.dtype == "bfloat16"
+    with pytest.raises(Exception, match="float32 or bfloat16 on cluster.device=cpu"):
+        load_config(["model.dtype=float16"])
+
