@@ -186,10 +186,12 @@ class MathTextEnv(gym.Env):
     """Math problems with text observations and free-text numeric answers.
 
     Args:
-        difficulty: 1 = ``a + b`` / ``a - b`` with a, b in 1..99; 2 = three operands with one
-            ``*`` and one ``+`` or ``-`` (usual precedence); 3 = short word problems with one or two
-            steps whose answers may be decimals (money, sharing) or fractions. Ignored when
-            ``dataset_path`` is given.
+        difficulty: 1 = ``a + b`` / ``a - b`` with a, b in 1..``max_operand``; 2 = three
+            operands with one ``*`` and one ``+`` or ``-`` (usual precedence); 3 = short word
+            problems with one or two steps whose answers may be decimals (money, sharing) or
+            fractions. Ignored when ``dataset_path`` is given.
+        max_operand: the largest operand at difficulty 1, an int in 1..99 (default 99; 9 gives
+            one-digit problems, a start a small pretrained model can solve some of).
         max_attempts: answers allowed per episode, an int >= 1.
         decay: reward multiplier per extra attempt, in (0, 1]; attempt k earns ``decay ** (k-1)``.
         dataset_path: optional GSM8K-style JSONL (see :func:`load_dataset`); when given, each
@@ -207,9 +209,12 @@ class MathTextEnv(gym.Env):
         decay: float = 0.5,
         dataset_path: str | os.PathLike | None = None,
         render_mode: str | None = None,
+        max_operand: int = 99,
     ) -> None:
         if not is_int(difficulty) or not 1 <= difficulty <= 3:
             raise ValueError(f"difficulty must be an int in 1..3, got {difficulty!r}")
+        if not is_int(max_operand) or not 1 <= max_operand <= 99:
+            raise ValueError(f"max_operand must be an int in 1..99, got {max_operand!r}")
         if not is_int(max_attempts) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if not is_real(decay) or not 0.0 < decay <= 1.0:
@@ -221,6 +226,7 @@ class MathTextEnv(gym.Env):
         check_render_mode(render_mode, self.metadata["render_modes"])
 
         self.difficulty = int(difficulty)
+        self.max_operand = int(max_operand)
         self.max_attempts = int(max_attempts)
         self.decay = float(decay)
         self.dataset_path = None if dataset_path is None else str(dataset_path)
@@ -259,7 +265,7 @@ class MathTextEnv(gym.Env):
     def _generate(self) -> tuple[str, str, str]:
         """(problem, reasoning, answer text) for ``self.difficulty``, drawn from ``self.np_random``."""
         if self.difficulty == 1:
-            a, b = self._rand(1, 99), self._rand(1, 99)
+            a, b = self._rand(1, self.max_operand), self._rand(1, self.max_operand)
             op = "+" if self._rand(0, 1) == 0 else "-"
             ans = a + b if op == "+" else a - b
             return f"What is {a} {op} {b}?", f"{a} {op} {b} = {ans}.", str(ans)

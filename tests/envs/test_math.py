@@ -136,6 +136,20 @@ def test_difficulty_shapes():
     assert kinds3 == {"int", "frac", "dec"}
 
 
+def test_max_operand_bounds_difficulty_one():
+    env = MathTextEnv(difficulty=1, max_operand=9)
+    seen = set()
+    for seed in range(300):
+        env.reset(seed=seed)
+        a, op, b = re.fullmatch(r"What is (\d+) ([+-]) (\d+)\?", env.problem).groups()
+        assert 1 <= int(a) <= 9 and 1 <= int(b) <= 9
+        assert env.answer == (int(a) + int(b) if op == "+" else int(a) - int(b))
+        seen.update((int(a), int(b)))
+    assert seen == set(range(1, 10))
+    assert MathTextEnv(difficulty=1, max_operand=1).reset(seed=0)[0].startswith(("What is 1 + 1?",
+                                                                                  "What is 1 - 1?"))
+
+
 def test_arithmetic_checked_independently():
     env = MathTextEnv(difficulty=2)
     for seed in range(50):
@@ -299,6 +313,9 @@ def test_empty_or_missing_dataset(tmp_path):
         ({"difficulty": 4}, "difficulty"),
         ({"difficulty": 2.0}, "difficulty"),
         ({"difficulty": True}, "difficulty"),
+        ({"max_operand": 0}, "max_operand"),
+        ({"max_operand": 100}, "max_operand"),
+        ({"max_operand": 9.0}, "max_operand"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": "3"}, "max_attempts"),
         ({"decay": 0.0}, "decay"),
