@@ -114,7 +114,7 @@ class Controller:
 
         from ragen2.learner.group import LearnerGroup
         from ragen2.rollout.worker import RolloutWorker
-        from ragen2.sync import make_sync, probe_ids
+        from ragen2.sync import ProbePolicy, make_sync, probe_ids
 
         self.cfg, self.run_dir, self.model_path = cfg, Path(run_dir), model_path
         cores = int(ray.available_resources().get("CPU", os.cpu_count() or 1)) or 1
@@ -172,6 +172,9 @@ class Controller:
 
         self.tokenizer = load_tokenizer(model_path, trust_remote_code=cfg.model.trust_remote_code)
         self.probe = probe_ids(len(self.tokenizer), cfg.sync.probe_tokens) if cfg.sync.probe else None
+        self.probe_policy = ProbePolicy(cfg.sync.tolerance(cfg.model.dtype),
+                                        cfg.sync.probe_floor_multiple)
+        self.checksum_names = self._checksum_names() if cfg.sync.checksum else []
         eos = self.tokenizer.eos_token_id
         self.eos_text = self.tokenizer.decode([eos]) if eos is not None else None
         self.group_keys: dict[int, int] | None = None
@@ -206,9 +209,9 @@ class Controller:
         if not self._synced:  # nothing pushed yet: the new worker already holds model_path's
             return
         self.sync.push(self.version, only=[index])
+        self.verify_sync([worker])
         if self.probe is not None:
-            run_probe(self.learners, [worker], self.probe,
-                      self.cfg.sync.tolerance(self.cfg.model.dtype), self.version)
+            run_probe(self.learners, [worker], self.probe, self.probe_policy, self.version)
 
     def episode_specs(self, entries: list[EnvEntry], groups: int, group_size: int,
                       seed_of: Any, temperature_of: Any = None) -> list[EpisodeSpec]:
@@ -254,9 +257,29 @@ class Controller:
                 f.write(json.dumps(t.as_text_record()) + "\n")
         return out
 
-    def push_weights(self) -> dict[str, float]:
-        """Sync the learner's weights into every engine, then probe that they arrived intact.
+    def _checksum_names(self) -> list[str]:
+        """The exported tensors whose checksums every sync compares (ragen2.sync.checksum)."""
+        from ragen2.sync.checksum import checksum_names, export_names
 
+        return checksum_names(self.learners.run(export_names)[0])
+
+    def verify_sync(self, workers: list[Any]) -> dict[str, float]:
+        """The exact staleness check after a push (``sync.checksum``); {} when off."""
+        if not self.checksum_names:
+            return {}
+        from ragen2.sync.checksum import verify_checksums
+
+        return verify_checksums(self.learners, workers, self.checksum_names, self.version)
+
+    def push_weights(self) -> dict[str, float]:
+        """Sync the learner's weights into every engine, then check that they arrived intact:
+        exact checksums of a few tensors, then the logprob probe (its first gap is the floor).
+
+        With ``engine.sleep_mode`` (colocated GPUs) the engines slept through the update with
+        their weights and KV cache discarded (level 2: no host copy of weights the push
+        overwrites anyway); here each wakes its weights' memory only, receives the push, and only
+        then its KV cache, so a GPU never holds the engine's old weights, its new ones and its KV
+        cache beside the learner's gathered buckets (``ragen2.engines.vllm.VLLMEngine.sleep``).
         A worker that dies meanwhile is restarted (and re-synced) and the whole push repeated.
         """
         from ray.exceptions import RayActorError
@@ -268,15 +291,19 @@ class Controller:
         while True:
             try:
                 t0 = time.perf_counter()
-                if self.cfg.engine.sleep_mode:  # the update's cached blocks go back first
+                sleeping = self.cfg.engine.sleep_mode
+                if sleeping:  # the update's cached blocks go back first
                     self.learners.call("release_cuda_cache")
-                    self.pool.call_all("wake_up")
+                    self.pool.call_all("wake_up", ["weights"])
                 m = self.sync.push(self.version)
+                if sleeping:
+                    self.pool.call_all("wake_up", ["kv_cache"])
                 m["timing/sync_s"] = time.perf_counter() - t0
+                m.update(self.verify_sync(self.workers))
                 if self.probe is not None:
                     t1 = time.perf_counter()
-                    m.update(run_probe(self.learners, self.workers, self.probe,
-                                       self.cfg.sync.tolerance(self.cfg.model.dtype), self.version))
+                    m.update(run_probe(self.learners, self.workers, self.probe, self.probe_policy,
+                                       self.version))
                     m["timing/probe_s"] = time.perf_counter() - t1
                 return m
             except RayActorError:
@@ -646,7 +673,8 @@ class Controller:
         return {"filter": self.filter.state_dict(),
                 "monitor": self.monitor.state_dict() if self.monitor is not None else None,
                 "health": self.health, "panel": self.panel_verdict,
-                "alert": self.alert.state_dict(), "rollbacks": self.rollbacks}
+                "alert": self.alert.state_dict(), "rollbacks": self.rollbacks,
+                "probe_floor": self.probe_policy.floor}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.filter.load_state_dict(state["filter"])
@@ -657,6 +685,8 @@ class Controller:
         if state.get("alert") is not None:
             self.alert.load_state_dict(state["alert"])
         self.rollbacks = int(state.get("rollbacks", 0))
+        # older checkpoints: the first push after the resume measures the floor again
+        self.probe_policy.floor = state.get("probe_floor")
 
     def shutdown(self) -> None:
         self.learners.shutdown()

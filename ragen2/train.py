@@ -128,10 +128,12 @@ def ensure_ray(cfg: Config) -> None:
     # Workers must import the user's env modules (env.id=<module>:<id>) exactly as the driver does.
     path = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
     from ragen2.cluster.jobs import ray_address
+    from ragen2.cluster.placement import ACTOR_ENV
 
+    env = {"PYTHONPATH": path, **(ACTOR_ENV if cfg.cluster.device == "cuda" else {})}
     # "local" unless cluster.address says otherwise: never another job's Ray on a shared node
     ray.init(address=ray_address(cfg), num_cpus=cfg.cluster.num_cpus, include_dashboard=False,
-             log_to_driver=True, runtime_env={"env_vars": {"PYTHONPATH": path}})
+             log_to_driver=True, runtime_env={"env_vars": env})
 
 
 def train(cfg: Config, run_dir: str | Path) -> dict:

@@ -35,6 +35,14 @@ from typing import Any, Optional, Sequence
 
 from ragen2.config import Config
 
+#: the environment of every actor on GPUs (learner ranks, rollout workers, and through Ray's
+#: runtime-env inheritance vLLM's TP shard actors; also the job's, ``ragen2.train``).
+#: NCCL_CUMEM_ENABLE=0: vLLM sets it in its own processes (``vllm/env_override.py``), and NCCL
+#: communicators whose members disagree on cuMem allocation can hang or crash when the learner
+#: broadcasts weights to the engines (SkyRL PR #143; verl sets it for the same reason, as do
+#: OpenRLHF, open-instruct and AReaL). Peers' other variables (CUDA_DEVICE_MAX_CONNECTIONS for
+#: Megatron's overlap, logging levels) do not concern the weight group.
+ACTOR_ENV = {"NCCL_CUMEM_ENABLE": "0"}
 COLOCATED_LEARNER_GPU = 0.5  # share of a colocated GPU the learner rank asks Ray for
 COLOCATED_ENGINE_GPU = 0.5  # share the engine (or each engine shard) asks for; the two sum to 1
 
@@ -248,13 +256,16 @@ class Placement:
 
     def learner_options(self, rank: int) -> dict[str, Any]:
         """``ray.remote(LearnerRank).options(**...)`` kwargs of learner rank ``rank``."""
-        return self._options(self.plan.learners[rank])
+        opts = self._options(self.plan.learners[rank])
+        if self.plan.device == "cuda":
+            opts["runtime_env"] = {"env_vars": dict(ACTOR_ENV)}  # merged with the job's by Ray
+        return opts
 
     def worker_options(self, index: int) -> dict[str, Any]:
         """``ray.remote(RolloutWorker).options(**...)`` kwargs of rollout worker ``index``."""
         slot = self.plan.workers[index]
         opts = self._options(slot, capture_children=slot.engine_gpus_per_rank > 0)
-        env = self.engine_env(index)
+        env = {**ACTOR_ENV, **self.engine_env(index)} if self.plan.device == "cuda" else {}
         if env:
             opts["runtime_env"] = {"env_vars": env}  # merged with the job's env_vars by Ray
         return opts

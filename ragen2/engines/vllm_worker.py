@@ -128,12 +128,12 @@ class WeightSyncExtension:
         return self._ragen2_reload(read_weights_file(path, entries))
 
     def ragen2_join_weight_group(self, addr: str, port: int, world: int, first: int,
-                                 backend: str) -> int:
+                                 backend: str, timeout_s: float = 600.0, roles: str = "") -> int:
         """``nccl`` strategy: join the broadcast group as rank ``first + this worker's rank``."""
         from ragen2.sync.nccl import join_group
 
         rank = first + int(self.rank)  # type: ignore[attr-defined]
-        join_group(self, addr, port, world, rank, backend)
+        join_group(self, addr, port, world, rank, backend, timeout_s, roles)
         return rank
 
     def ragen2_receive_weights(self, layout: list, dtype: str) -> int:
@@ -141,8 +141,8 @@ class WeightSyncExtension:
         from ragen2.sync.nccl import receive_stream
 
         device = "cuda" if self.device.type == "cuda" else "cpu"  # type: ignore[attr-defined]
-        group = self._weight_group  # type: ignore[attr-defined]  (set by ragen2_join_weight_group)
-        return self._ragen2_reload(receive_stream(group, layout, device, dtype))
+        # the group is this worker's, set by ragen2_join_weight_group
+        return self._ragen2_reload(receive_stream(self, layout, device, dtype))
 
     def ragen2_load_ipc_bucket(self, shares: dict) -> int:
         """``cuda_ipc`` strategy: open this GPU's shared bucket and load it (a partial load:
@@ -156,4 +156,22 @@ class WeightSyncExtension:
             pairs = list(with_tied_head(pairs))
         self.model_runner.model.load_weights(weights=pairs)  # type: ignore[attr-defined]
         torch.cuda.synchronize()
-        return len(pairs)
+        n = len(pairs)
+        del pairs
+        torch.cuda.ipc_collect()  # release the learner's buffer on this side before the next
+        return n
+
+    def ragen2_weight_checksums(self, names: list) -> dict:
+        """The exact staleness check (:mod:`ragen2.sync.checksum`): this worker's report of the
+        named tensors it holds (dtype, shape, its TP shard, checksum of the bits)."""
+        from ragen2.sync.checksum import module_report
+
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        return module_report(model.named_parameters(), names, *self._ragen2_tp())
+
+    def _ragen2_tp(self) -> tuple[int, int]:
+        """(this worker's tensor-parallel rank, the TP size)."""
+        from vllm.distributed import (get_tensor_model_parallel_rank,
+                                      get_tensor_model_parallel_world_size)
+
+        return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()

@@ -113,15 +113,20 @@ def merge_lora(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: fl
 
 
 def named_full_weights(model: nn.Module, *, device: str | torch.device = "cpu",
-                       dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (HF name, full tensor on ``device`` in ``dtype``) for every exported weight.
+                       dtype: torch.dtype | None = None, names: Iterable[str] | None = None,
+                       ) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (HF name, full tensor on ``device`` in ``dtype``) for every exported weight (only
+    those in ``names``, if given).
 
-    Collective for a sharded model: every rank must exhaust the iterator (same plan, same order);
-    each parameter is gathered with ``DTensor.full_tensor()`` when it is reached, so the peak extra
-    memory is one parameter (plus its rank-r adapters), never the whole model.
+    Collective for a sharded model: every rank must exhaust the iterator (same plan, same order,
+    same ``names``); each parameter is gathered with ``DTensor.full_tensor()`` when it is reached,
+    so the peak extra memory is one parameter (plus its rank-r adapters), never the whole model.
     """
     tensors = model.state_dict(keep_vars=True)
+    only = set(names) if names is not None else None
     for e in export_plan(model):
+        if only is not None and e.name not in only:
+            continue
         with torch.no_grad():
             w = full_tensor(tensors[e.key].detach())
             if e.lora_a is not None:

@@ -58,8 +58,12 @@ class RolloutWorker:
         """Colocated GPUs: free the engine's KV cache and weights while the learner updates."""
         getattr(self.engine, "sleep", lambda: None)()
 
-    def wake_up(self) -> None:
-        getattr(self.engine, "wake_up", lambda: None)()
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Wake the engine's memory: ``tags`` ["weights"] before a push, ["kv_cache"] after it
+        (None: everything)."""
+        wake = getattr(self.engine, "wake_up", None)
+        if wake is not None:
+            wake(tags)
 
     def policy_version(self) -> int:
         return self.engine.policy_version

@@ -69,17 +69,52 @@ def from_wire(wire: dict[str, Any], device: int) -> tuple:
     return tuple(a[k] for k in REBUILD_ARGS)
 
 
+def expandable_segments_on(env: Any = None) -> bool:
+    """Whether PyTorch's CUDA allocator was configured with ``expandable_segments:True``
+    (``PYTORCH_CUDA_ALLOC_CONF``, or ``PYTORCH_ALLOC_CONF`` in newer torch)."""
+    import os
+
+    env = os.environ if env is None else env
+    conf = ",".join(env.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+    on = False
+    for part in conf.replace(" ", "").split(","):
+        if part.lower().startswith("expandable_segments:"):
+            on = part.split(":", 1)[1].lower() == "true"
+    return on
+
+
+def _set_expandable_segments(on: bool) -> None:
+    import torch
+
+    torch.cuda.memory._set_allocator_settings(f"expandable_segments:{on}")
+
+
 def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> Share | None:
     """Learner side: ``[gpu uuid, wire share, [[name, shape, numel], ...]]`` of the next bucket,
-    or None after the last (which also frees the previous buffer)."""
+    or None after the last (which also frees the previous buffer).
+
+    Each call first frees the previous bucket's buffer and runs ``torch.cuda.ipc_collect()``, so
+    memory the engines have released goes back at once rather than piling up over a push.
+    Buffers allocated in expandable segments cannot be exported through CUDA IPC, so with
+    ``expandable_segments:True`` the allocator is switched to plain segments for the push (the
+    first call) and back after the last bucket (as verl does around its sync).
+    """
     import torch
     from torch.multiprocessing import reductions
 
     if start:
         rank._sync_stream = iter_buckets(rank.named_weights("cuda", dtype), bucket_bytes)
-    rank._sync_buffer = None  # the engines have loaded the previous bucket
+        rank._sync_expandable = expandable_segments_on()
+        if rank._sync_expandable:
+            _set_expandable_segments(False)
+    if getattr(rank, "_sync_buffer", None) is not None:
+        rank._sync_buffer = None  # the engines have loaded the previous bucket
+        torch.cuda.ipc_collect()
     bucket = next(rank._sync_stream, None)
     if bucket is None:
+        if getattr(rank, "_sync_expandable", False):
+            _set_expandable_segments(True)
+            rank._sync_expandable = False
         return None
     flat = torch.cat([t.reshape(-1) for _, t in bucket])
     torch.cuda.synchronize()
@@ -118,11 +153,17 @@ def load_shared_bucket(worker: Any, shares: dict[str, Share]) -> None:
     if llm is not None:
         llm.collective_rpc("ragen2_load_ipc_bucket", args=(shares,))
         return
-    params = worker.engine.model.state_dict()
+    _copy_bucket(worker.engine.model.state_dict(), shares)  # its views of the buffer die with it
+    torch.cuda.synchronize()
+    torch.cuda.ipc_collect()  # drop this process's reference to the learner's buffer now
+
+
+def _copy_bucket(params: dict[str, Any], shares: dict[str, Share]) -> None:
+    import torch
+
     with torch.no_grad():
         for name, t in open_share(shares):
             params[name].copy_(t)
-    torch.cuda.synchronize()
 
 
 def finish(worker: Any, version: int) -> int:

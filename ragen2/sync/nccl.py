@@ -14,32 +14,63 @@ from __future__ import annotations
 import datetime
 from typing import Any, Iterator, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, WeightSyncError, iter_buckets
 
 Layout = list[list[tuple[str, tuple[int, ...], int]]]  # buckets of (name, shape, numel)
-_TIMEOUT = datetime.timedelta(minutes=10)
+DEFAULT_TIMEOUT_S = 600.0
 
 
-def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend: str) -> None:
+def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend: str,
+               timeout_s: float = DEFAULT_TIMEOUT_S, roles: str = "") -> None:
     """Create the weight-broadcast process group (stored on ``holder``) without touching the
-    default group of the learner or of vLLM."""
+    default group of the learner or of vLLM.
+
+    Every collective on it waits at most ``timeout_s`` (``sync.timeout_s``), the rendezvous
+    included; ``roles`` ("rank 0 = learner rank 0, ranks 1-2 = rollout worker 0, ...") goes
+    into the error a timeout raises. NCCL's own default (10 minutes, then its watchdog kills the
+    process with a message that names neither the strategy nor the ranks) never applies."""
     import torch.distributed as dist
 
-    store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=_TIMEOUT)
-    prefix = dist.PrefixStore("ragen2_weight_sync", store)
-    if backend == "nccl":
-        holder._weight_group = dist.ProcessGroupNCCL(prefix, rank, world)
-    else:
-        holder._weight_group = dist.ProcessGroupGloo(prefix, rank, world, _TIMEOUT)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    holder._weight_sync_info = {"rank": rank, "world": world, "backend": backend,
+                                "timeout_s": timeout_s, "roles": roles}
+    try:
+        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timeout)
+        prefix = dist.PrefixStore("ragen2_weight_sync", store)
+        if backend == "nccl":
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = timeout
+            holder._weight_group = dist.ProcessGroupNCCL(prefix, rank, world, opts)
+        else:
+            holder._weight_group = dist.ProcessGroupGloo(prefix, rank, world, timeout)
+    except RuntimeError as e:  # DistStoreError (a RuntimeError) when a member never arrives
+        raise WeightSyncError(_stuck(holder._weight_sync_info, f"joining the group at {addr}:{port}",
+                                     e)) from e
     holder._weight_store = store  # the master store must outlive the rendezvous
 
 
-def _broadcast(group: Any, flat: Any) -> None:
+def _stuck(info: dict[str, Any], what: str, err: BaseException) -> str:
+    return (f"weight sync (strategy nccl, backend {info['backend']}): {what} did not complete "
+            f"within sync.timeout_s={info['timeout_s']:g} s on group rank {info['rank']} of "
+            f"{info['world']} ({info['roles'] or 'rank 0 = learner rank 0, the rest = engines'}). "
+            "A member died or is stuck elsewhere, or the processes disagree on NCCL settings "
+            "(NCCL_CUMEM_ENABLE: ragen2.cluster.placement.ACTOR_ENV sets it for every actor). "
+            f"Cause: {type(err).__name__}: {err}")
+
+
+def _broadcast(holder: Any, flat: Any, what: str) -> None:
+    """Broadcast ``flat`` from group rank 0, waiting at most the group's timeout (on the host:
+    ``Work.wait(timeout)`` blocks until the collective completed, NCCL included)."""
     import torch.distributed as dist
 
+    info = holder._weight_sync_info
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
-    group.broadcast([flat], opts).wait()
+    try:
+        holder._weight_group.broadcast([flat], opts).wait(
+            datetime.timedelta(seconds=info["timeout_s"]))
+    except RuntimeError as e:
+        raise WeightSyncError(_stuck(info, what, e)) from e
 
 
 def weight_layout(rank: Any, bucket_bytes: int, device: str, dtype: str) -> Layout | None:
@@ -50,38 +81,48 @@ def weight_layout(rank: Any, bucket_bytes: int, device: str, dtype: str) -> Layo
 
 
 def send_weights(rank: Any, bucket_bytes: int, device: str, dtype: str) -> int:
-    """Learner side (every rank gathers; rank 0 broadcasts each bucket)."""
+    """Learner side: every rank gathers a bucket (FSDP all-gathers on the learner's own group),
+    all ranks meet at a barrier, then rank 0 broadcasts it and waits for the broadcast to finish.
+    So no learner rank's next all-gather is ever in flight beside the broadcast (interleaved,
+    the two groups' collectives can deadlock: TRL #6798, #7103)."""
     import torch
 
     n = 0
     for bucket in iter_buckets(rank.named_weights(device, dtype), bucket_bytes):
+        flat = torch.cat([t.reshape(-1) for _, t in bucket]) if rank.rank == 0 else None
+        rank.barrier()
         if rank.rank == 0:
-            _broadcast(rank._weight_group, torch.cat([t.reshape(-1) for _, t in bucket]))
+            _broadcast(rank, flat, f"the broadcast of bucket {n} (learner rank 0 sending)")
+            if flat.is_cuda:
+                torch.cuda.synchronize(flat.device)
         n += 1
     return n
 
 
-def receive_stream(group: Any, layout: Layout, device: str, dtype: str) -> Iterator[tuple[str, Any]]:
-    """Receiver side: yield ``(name, tensor)`` as each broadcast bucket arrives."""
+def receive_stream(holder: Any, layout: Layout, device: str, dtype: str) -> Iterator[tuple[str, Any]]:
+    """Receiver side: yield ``(name, tensor)`` as each broadcast bucket arrives (the group is
+    ``holder``'s, from :func:`join_group`)."""
     import torch
 
-    for bucket in layout:
+    for i, bucket in enumerate(layout):
         flat = torch.empty(sum(n for _, _, n in bucket), dtype=getattr(torch, dtype), device=device)
-        _broadcast(group, flat)
+        _broadcast(holder, flat, f"receiving bucket {i} of {len(layout)}")
         off = 0
         for name, shape, numel in bucket:
             yield name, flat[off:off + numel].view(shape)
             off += numel
 
 
-def join_worker(worker: Any, addr: str, port: int, world: int, first: int, backend: str) -> None:
+def join_worker(worker: Any, addr: str, port: int, world: int, first: int, backend: str,
+                timeout_s: float = DEFAULT_TIMEOUT_S, roles: str = "") -> None:
     """Worker side: the engine's process(es) join as ranks ``first, first + 1, ...`` (vLLM: each
     of its workers, by name through its worker extension, wherever that worker runs)."""
     llm = getattr(worker.engine, "llm", None)
     if llm is not None:
-        llm.collective_rpc("ragen2_join_weight_group", args=(addr, port, world, first, backend))
+        llm.collective_rpc("ragen2_join_weight_group",
+                           args=(addr, port, world, first, backend, timeout_s, roles))
     else:
-        join_group(worker, addr, port, world, first, backend)
+        join_group(worker, addr, port, world, first, backend, timeout_s, roles)
 
 
 def receive_weights(worker: Any, layout: Layout, version: int, device: str, dtype: str) -> int:
@@ -92,7 +133,7 @@ def receive_weights(worker: Any, layout: Layout, version: int, device: str, dtyp
         llm.collective_rpc("ragen2_receive_weights", args=(layout, dtype))
         worker.engine.finish_update(version)
     else:
-        worker.engine.load_weights(receive_stream(worker._weight_group, layout, device, dtype), version)
+        worker.engine.load_weights(receive_stream(worker, layout, device, dtype), version)
     return version
 
 
@@ -106,16 +147,26 @@ class CollectiveSync(BucketSync):
         self.backend = backend or ("nccl" if cfg.cluster.device == "cuda" else "gloo")
         self.device = "cuda" if self.backend == "nccl" else "cpu"
         self.procs_per_worker = cfg.engine.tensor_parallel_size if cfg.engine.name == "vllm" else 1
+        self.timeout_s = float(cfg.sync.timeout_s)
         self.layout: Layout | None = None
+
+    def roles(self) -> str:
+        """Who is which rank of the group, for the errors."""
+        k = self.procs_per_worker
+        return "rank 0 = learner rank 0, " + ", ".join(
+            f"rank {1 + i * k}{f'-{(i + 1) * k}' if k > 1 else ''} = rollout worker {i}"
+            for i in range(len(self.workers)))
 
     def _setup(self) -> None:
         import ray
 
         addr, port = ray.get(self.learners.ranks[0].address.remote())
         world = 1 + len(self.workers) * self.procs_per_worker
-        refs = [self.learners.ranks[0].run.remote(join_group, addr, port, world, 0, self.backend)]
+        t, roles = self.timeout_s, self.roles()
+        refs = [self.learners.ranks[0].run.remote(join_group, addr, port, world, 0, self.backend,
+                                                   t, roles)]
         refs += [w.run.remote(join_worker, addr, port, world, 1 + i * self.procs_per_worker,
-                              self.backend) for i, w in enumerate(self.workers)]
+                              self.backend, t, roles) for i, w in enumerate(self.workers)]
         ray.get(refs)
         self.layout = self.learners.run(weight_layout, self.bucket_bytes, self.device, self.dtype)[0]
 

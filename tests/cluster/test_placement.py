@@ -171,3 +171,25 @@ def test_gpus_without_cpus_are_not_bundled():
 def test_describe_summarises_bundles():
     plan = plan_placement(cfg(world=4, workers=2, tp=2, layout="split"), nodes(8))
     assert "4 x {GPU: 1, CPU: 1} + 2 x {GPU: 2, CPU: 1}" in plan.describe()
+
+
+# ----------------------------------------------------------------------------- actor options
+def test_every_gpu_actor_gets_nccl_cumem_off_and_tp_engines_their_bundles():
+    """vLLM sets NCCL_CUMEM_ENABLE=0 in its processes; a learner that does not can hang the
+    weight broadcast (SkyRL PR #143): every GPU actor's runtime env sets it. The CPU path sets
+    nothing."""
+    from ragen2.cluster.placement import Placement
+
+    for plan in (plan_placement(cfg(world=4, workers=2, tp=2), nodes(4)),
+                 plan_placement(cfg(world=2, workers=1, tp=2, layout="split"), nodes(4))):
+        p = Placement(plan, groups=[object()] * len(plan.groups))
+        p._options = lambda slot, capture_children=False: {}  # no Ray scheduling strategy here
+        for opts in [p.learner_options(r) for r in range(len(plan.learners))] + \
+                    [p.worker_options(i) for i in range(len(plan.workers))]:
+            assert opts["runtime_env"]["env_vars"]["NCCL_CUMEM_ENABLE"] == "0"
+    colocated = Placement(plan_placement(cfg(world=4, workers=2, tp=2), nodes(4)))
+    colocated._options = lambda slot, capture_children=False: {}
+    env = colocated.worker_options(1)["runtime_env"]["env_vars"]
+    assert env["VLLM_RAY_BUNDLE_INDICES"] == "0,1" and env["VLLM_RAY_PER_WORKER_GPUS"] == "0.5"
+    cpu = Placement(plan_placement(cfg(world=2, workers=2, device="cpu"), []))
+    assert "runtime_env" not in cpu.learner_options(0) and "runtime_env" not in cpu.worker_options(0)

@@ -37,7 +37,8 @@ def test_actors_run_in_their_bundles(ray_session):
         a = Where.options(**placement.learner_options(0)).remote()
         b = Where.options(**placement.worker_options(0)).remote()
         assert ray.get([a.pg.remote(), b.pg.remote()]) == [pg_id, pg_id]
-        assert "runtime_env" not in placement.worker_options(0)  # T == 1: no engine shards
+        # T == 1: no engine shards, only the GPU actors' environment (ACTOR_ENV)
+        assert placement.worker_options(0)["runtime_env"] == {"env_vars": {"NCCL_CUMEM_ENABLE": "0"}}
         ray.kill(a)
         ray.kill(b)
     finally:

@@ -16,16 +16,28 @@ from ragen2.sync import iter_buckets, resolve_strategy
 
 
 class _Rank:
-    """A learner rank stand-in: exports ``weights`` like ``LearnerRank.named_weights``."""
+    """A learner rank stand-in: exports ``weights`` like ``LearnerRank.named_weights`` and meets
+    the other stand-ins at ``barrier`` (a ``threading.Barrier``: the ranks run in threads);
+    ``calls`` records the order of gathers and barriers."""
 
-    def __init__(self, rank: int, weights: dict[str, torch.Tensor]) -> None:
-        self.rank, self.weights = rank, weights
+    def __init__(self, rank: int, weights: dict[str, torch.Tensor],
+                 barrier: threading.Barrier | None = None) -> None:
+        self.rank, self.weights, self._barrier = rank, weights, barrier
         self.exported = 0
+        self.calls: list[str] = []
 
-    def named_weights(self, device: str = "cpu", dtype: str | None = None):
+    def named_weights(self, device: str = "cpu", dtype: str | None = None, names=None):
         for name, t in self.weights.items():
+            if names is not None and name not in names:
+                continue
             self.exported += 1
+            self.calls.append(f"gather {name}")
             yield name, t.to(device, getattr(torch, dtype) if dtype else t.dtype)
+
+    def barrier(self) -> None:
+        self.calls.append("barrier")
+        if self._barrier is not None:
+            self._barrier.wait(60)
 
 
 def _sizes(buckets):
@@ -85,7 +97,8 @@ def test_collective_broadcast_moves_every_bucket_into_the_engine(fresh_engine):
     from ragen2.sync.nccl import join_group, join_worker, receive_weights, send_weights, weight_layout
 
     new = _changed(_exported(fresh_engine))
-    ranks = [_Rank(0, new), _Rank(1, new)]
+    meet = threading.Barrier(2)
+    ranks = [_Rank(0, new, meet), _Rank(1, new, meet)]
     worker = SimpleNamespace(engine=fresh_engine)
     bucket = 64 * 1024
     layout = weight_layout(ranks[0], bucket, "cpu", "float32")
@@ -120,6 +133,57 @@ def test_collective_broadcast_moves_every_bucket_into_the_engine(fresh_engine):
     assert sent == [len(layout)] * 2
     _assert_loaded(fresh_engine, new)
     assert fresh_engine.policy_version == 3
+
+
+def test_each_bucket_is_gathered_then_every_rank_meets_before_the_broadcast(monkeypatch):
+    """Learner side of the nccl strategy: per bucket, every rank gathers its tensors (FSDP
+    all-gathers; the bucketing looks one tensor ahead to close a bucket), all ranks meet at a
+    barrier (which waits for those gathers to complete), and only then rank 0 broadcasts; rank 1
+    never broadcasts. So no all-gather is in flight beside a broadcast."""
+    import ragen2.sync.nccl as nccl
+
+    weights = {f"w{i}": torch.full((4,), float(i)) for i in range(5)}  # 16 B each
+    ranks = [_Rank(0, weights), _Rank(1, weights)]
+    sent: list[torch.Tensor] = []
+
+    def broadcast(holder, flat, what):
+        holder.calls.append("broadcast")
+        sent.append(flat.clone())
+
+    monkeypatch.setattr(nccl, "_broadcast", broadcast)
+    assert [nccl.send_weights(r, 32, "cpu", "float32") for r in ranks] == [3, 3]
+    assert ranks[0].calls == ["gather w0", "gather w1", "gather w2", "barrier", "broadcast",
+                              "gather w3", "gather w4", "barrier", "broadcast",
+                              "barrier", "broadcast"]
+    assert ranks[1].calls == [c for c in ranks[0].calls if c != "broadcast"]
+    assert [t.tolist() for t in sent] == [[0.0] * 4 + [1.0] * 4, [2.0] * 4 + [3.0] * 4, [4.0] * 4]
+
+
+def test_a_stuck_weight_group_times_out_naming_the_strategy_and_the_ranks():
+    """An engine waits for a broadcast the learner never sends (a member died, or NCCL settings
+    disagree): after sync.timeout_s it fails with an error naming the strategy, the backend,
+    its rank in the group and who is who, instead of hanging for NCCL's 10 minutes."""
+    import socket
+
+    from ragen2.sync import WeightSyncError
+    from ragen2.sync.nccl import join_group, receive_stream
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    learner, engine = SimpleNamespace(), SimpleNamespace()
+    roles = "rank 0 = learner rank 0, rank 1 = rollout worker 0"
+    joins = [threading.Thread(target=join_group, args=(h, "127.0.0.1", port, 2, r, "gloo", 2.0,
+                                                       roles))
+             for r, h in enumerate([learner, engine])]
+    [t.start() for t in joins]
+    [t.join(60) for t in joins]
+    layout = [[("w", (4,), 4)]]
+    with pytest.raises(WeightSyncError) as e:
+        list(receive_stream(engine, layout, "cpu", "float32"))
+    msg = str(e.value)
+    assert "strategy nccl, backend gloo" in msg and "receiving bucket 0 of 1" in msg
+    assert "sync.timeout_s=2 s on group rank 1 of 2" in msg and roles in msg
 
 
 def test_object_store_buckets_stream_into_the_engine(ray_session, fresh_engine):

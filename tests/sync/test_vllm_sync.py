@@ -114,12 +114,22 @@ def test_nccl_push_reaches_the_engine_and_the_probe_agrees(request, hf_engine, m
     assert engine.in_process == (which == "inproc_engine")
     export, base = moved
     ids = probe_ids(len(engine.tokenizer), 320)
+    from ragen2.sync.checksum import checksum_names, engine_reports, learner_mismatches
+
+    worker, rank = SimpleNamespace(engine=engine), _Rank(0, export)
+    names = checksum_names(list(export))
     try:
         with pytest.raises(WeightSyncError):  # the engine still holds the old weights
             _probe(engine, hf_engine, ids, 1)
+        stale = learner_mismatches(rank, [engine_reports(worker, names)])
         nccl_push(engine, export, version=1)
         assert _probe(engine, hf_engine, ids, 1)["sync/probe_logprob_gap"] < 1e-3
         assert engine.policy_version == 1
+        # the exact check inside vLLM's worker: stale before, identical after (the tensors
+        # vLLM-CPU keeps as loaded: its repacked linear weights are skipped)
+        reports = engine_reports(worker, names)
+        assert stale and len(stale) == sum(len(r) for r in reports) >= 5
+        assert learner_mismatches(rank, [reports]) == []
     finally:
         engine.load_weights(base, version=0)
 

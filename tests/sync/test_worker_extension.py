@@ -8,6 +8,7 @@ multiprocess engine does them, so what could not cross that boundary fails here.
 from __future__ import annotations
 
 import inspect
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -110,6 +111,38 @@ def test_functions_and_tensors_do_not_survive_collective_rpc_into_another_proces
     assert not isinstance(t, torch.Tensor)
 
 
+def test_vllm_worker_checksums_its_tp_shard_in_bf16_and_skips_repacked_weights():
+    """A vLLM TP worker (rank 1 of 2) in bf16: o_proj is row-parallel (its input dimension split),
+    the norm replicated, and vLLM-CPU's repacked linear weights are empty parameters. The report
+    crosses msgpack (collective_rpc); the learner casts its fp32 master to bf16 and cuts the same
+    shard. A one-ulp bf16 difference in the shard is caught."""
+    from ragen2.sync.checksum import learner_mismatches
+    from tests.sync.test_probe_policy import _learner_weights, _Rank
+
+    w = _learner_weights()
+    held = {"model.layers.0.input_layernorm.weight": w["model.layers.0.input_layernorm.weight"],
+            "model.layers.0.self_attn.o_proj.weight": w["model.layers.0.self_attn.o_proj.weight"][:, 3:],
+            "model.norm.weight": torch.empty(0)}  # repacked away
+    held = {k: v.to(torch.bfloat16) for k, v in held.items()}
+
+    class Worker(WeightSyncExtension):
+        model_runner = SimpleNamespace(model=SimpleNamespace(named_parameters=lambda: held.items()))
+
+        def _ragen2_tp(self):
+            return 1, 2
+
+    _, (report,) = _msgpack_round_trip("m", (Worker().ragen2_weight_checksums(list(w)),))
+    assert sorted(report) == ["model.layers.0.input_layernorm.weight",
+                              "model.layers.0.self_attn.o_proj.weight"]
+    assert report["model.layers.0.self_attn.o_proj.weight"][:4] == ["bfloat16", [8, 3], 1, 2]
+    assert learner_mismatches(_Rank(w), [[report]]) == []
+    o = held["model.layers.0.self_attn.o_proj.weight"]
+    o[0, 0] = torch.nextafter(o[0, 0], torch.tensor(math.inf, dtype=torch.bfloat16))
+    report = Worker().ragen2_weight_checksums(list(w))
+    assert learner_mismatches(_Rank(w), [[report]]) == [
+        "worker 0 process 0: model.layers.0.self_attn.o_proj.weight (bfloat16 [8, 3], TP rank 1/2)"]
+
+
 # ----------------------------------------------------------------------------- cuda_ipc, faked
 
 class _Rank:
@@ -135,11 +168,14 @@ class _FakeIpc:
 
         self.buffers: dict[bytes, torch.Tensor] = {}
         self.rebuilt: list[tuple] = []
+        self.events: list[str] = []  # ipc_collect and allocator settings, in order
         monkeypatch.setattr(reductions, "reduce_tensor", self.reduce_tensor)
         monkeypatch.setattr(reductions, "rebuild_cuda_tensor", self.rebuild_cuda_tensor)
         monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
         monkeypatch.setattr(torch.cuda, "get_device_properties", self.properties)
+        monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: self.events.append("ipc_collect"))
+        monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", self.events.append)
 
     def properties(self, device):
         index = device if isinstance(device, int) else 0  # the learner asks with its buffer's device
@@ -148,6 +184,7 @@ class _FakeIpc:
     def reduce_tensor(self, t):
         from torch.multiprocessing import reductions
 
+        self.events.append("export")
         handle = f"handle-{len(self.buffers)}".encode()
         self.buffers[handle] = t
         return (reductions.rebuild_cuda_tensor,
@@ -210,6 +247,39 @@ def test_cuda_ipc_buckets_cross_msgpack_and_open_on_the_engines_gpu_index(monkey
     got = dict(vworker.loaded)
     for k, v in w.items():
         assert torch.equal(got[k], v), k
+
+
+@pytest.mark.parametrize("alloc_conf", ["", "expandable_segments:True,max_split_size_mb:512"])
+def test_cuda_ipc_collects_after_every_bucket_and_exports_outside_expandable_segments(
+        monkeypatch, alloc_conf):
+    """Both sides call torch.cuda.ipc_collect() once per bucket (the engine after loading it, the
+    learner when it frees the buffer), and with expandable segments on (they cannot be exported
+    through CUDA IPC) the learner's allocator is switched off them for the push and back after."""
+    from ragen2.sync.cuda_ipc import load_shared_bucket, share_next_bucket
+
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", alloc_conf)
+    ipc = _FakeIpc(monkeypatch)
+    rank = _Rank(_weights())
+    worker = SimpleNamespace(engine=SimpleNamespace(llm=_FakeLLM(_FakeVLLMWorker(tied=True))))
+    n = 0
+    while (share := share_next_bucket(rank, 2 * 5 * 4 * 4, "float32", n == 0)) is not None:
+        ipc.events.append("engine loads")
+        load_shared_bucket(worker, {share[0]: share})
+        n += 1
+    per_bucket = ["export", "engine loads", "ipc_collect", "ipc_collect"]  # engine, then learner
+    expected = per_bucket * n
+    if alloc_conf:
+        expected = ["expandable_segments:False", *expected, "expandable_segments:True"]
+    assert n == 2 and ipc.events == expected
+
+
+def test_expandable_segments_setting_is_read_from_either_variable():
+    from ragen2.sync.cuda_ipc import expandable_segments_on
+
+    assert not expandable_segments_on({})
+    assert expandable_segments_on({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert expandable_segments_on({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64, expandable_segments:true"})
+    assert not expandable_segments_on({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
 
 
 def test_cuda_ipc_names_the_missing_gpu(monkeypatch):
