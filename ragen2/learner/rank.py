@@ -693,17 +693,18 @@ class LearnerRank:
 
     # ------------------------------------------------------------------ weights
     def named_weights(self, device: str | torch.device = "cpu", dtype: str | None = None,
-                      ) -> Iterator[tuple[str, torch.Tensor]]:
+                      names: list[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, full unsharded tensor) for every policy weight, one parameter at a time.
 
         Collective: every rank must exhaust it (same order everywhere); each rank receives every
         full tensor. Names and shapes are the base model's (tied weights once); a LoRA policy is
         merged, ``W + (alpha / rank) * B @ A``. ``dtype`` (e.g. "bfloat16"; None = fp32 master).
+        ``names``: only these (the same list on every rank).
         """
         from ragen2.models.loading import resolve_dtype
 
         dt = resolve_dtype(dtype) if dtype is not None else None
-        return named_full_weights(self.model, device=device, dtype=dt)
+        return named_full_weights(self.model, device=device, dtype=dt, names=names)
 
     def policy_weights(self) -> dict[str, np.ndarray] | None:
         """Full fp32 weights as numpy (rank 0; collective). Shipped to rollout workers."""
@@ -735,6 +736,14 @@ class LearnerRank:
 
     def get_version(self) -> int:
         return self.version
+
+    def barrier(self) -> None:
+        """Wait for every learner rank (the learner's own process group; nothing alone)."""
+        if self.world_size > 1:
+            if self.device.type == "cuda":
+                dist.barrier(device_ids=[self.device.index])
+            else:
+                dist.barrier()
 
     # -------------------------------------------------------------- checkpoints
     def save(self, directory: str) -> None:
