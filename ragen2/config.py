@@ -415,6 +415,9 @@ class MonitorConfig:
     # `every` steps with fresh first-turn samples, bootstrap 95% intervals over its prompts
     panel_size: int = 32  # distinct prompts (0 = off)
     panel_samples: int = 4  # reasoning samples per panel prompt
+    # padded continuation tokens the learner scores per forward (monitor, panel, action MI): its
+    # logits peak at score_tokens x vocabulary x (dtype bytes + 8) (ragen2.learner.scoring)
+    score_tokens: int = 2048
     panel_bootstrap: int = 200  # bootstrap resamples
     panel_permutations: int = 200  # permutation-null draws (its 95th percentile is the floor)
     # its later turns (collapse/panel/turns/*, ragen2.collapse.panel_turns): each panel seed
@@ -444,7 +447,8 @@ class MonitorConfig:
         for n in ("every", "max_negatives", "grad_snr_every"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = off / all)")
-        _positive(self, p, "permutations", "grad_snr_buckets", "alert_patience", "max_rollbacks")
+        _positive(self, p, "permutations", "grad_snr_buckets", "alert_patience", "max_rollbacks",
+                  "score_tokens")
         _check(0 <= self.ema < 1, f"{p}.ema", self.ema, "must be in [0, 1)")
         _check(self.panel_size == 0 or self.panel_size >= 2, f"{p}.panel_size", self.panel_size,
                "0 (off) or >= 2 prompts")

@@ -604,6 +604,7 @@ class LearnerRank:
         Work items (one context, up to ``chunk`` of its continuations) are dealt round-robin to
         the ranks; every rank runs the same number of items (dummy ones are discarded), since
         FSDP's forward is collective. Returns (s, k, summed logprob, tokens) for this rank's items.
+        Each item's logits are bounded by ``monitor.score_tokens`` (:func:`score_continuations`).
         """
         from ragen2.learner.scoring import score_continuations
 
@@ -622,7 +623,8 @@ class LearnerRank:
                 j, where = mine[i] if i < len(mine) else dummy
                 lp, n = score_continuations(self.model, contexts[j],
                                             [continuations[s] for s, _ in where],
-                                            temperature=self.temperature, device=self.device)
+                                            temperature=self.temperature, device=self.device,
+                                            token_budget=self.cfg.monitor.score_tokens)
                 if i < len(mine):
                     out.extend((int(s), int(k), float(v), int(c))
                                for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))

@@ -8,6 +8,7 @@ the prompt's.
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -17,12 +18,22 @@ from ragen2.algos import logprobs_from_logits
 
 def score_continuations(model: torch.nn.Module, context: Sequence[int],
                         continuations: Sequence[Sequence[int]], *, temperature: float = 1.0,
-                        device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+                        device: torch.device | str = "cpu", token_budget: int = 0,
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed log p(continuation | context) and token counts, one forward of the context.
+
+    The continuations are scored in row slices of at most ``token_budget`` padded tokens (at
+    least one row; 0 = all rows at once), each slice on its own copy of the context's KV cache,
+    so the logits held at once are ``(rows, width, V)`` with ``rows x width <= token_budget``,
+    never ``(B, width, V)``: at a 151,936-token vocabulary, 64 continuations x 400 tokens would be
+    ~16 GB per fp32 copy of the logits. Peak: ``token_budget x V x (b + 8)`` bytes (the logits in
+    the model's dtype ``b``, their fp32 upcast and its log-softmax), measured on the CPU by
+    ``benchmarks/scorer_memory.py``.
 
     Args:
         context: (Lp,) token ids, Lp >= 1.
         continuations: B lists of token ids (may differ in length; empty ones score 0).
+        token_budget: padded continuation tokens per forward (``monitor.score_tokens``).
     Returns:
         logp_sum (B,) float32 and num_tokens (B,) long. Equal (to float error) to scoring each
         ``context + continuation`` as one sequence with :func:`logprobs_from_logits`.
@@ -34,22 +45,47 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
     if b == 0:
         return torch.zeros(0), lengths
     width = max(1, int(lengths.max()))
-    ids = torch.zeros(b, width, dtype=torch.long)
-    for i, c in enumerate(continuations):
-        ids[i, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
-    ids = ids.to(device)
-    cont_mask = (torch.arange(width)[None] < lengths[:, None]).to(device)
+    rows = b if token_budget <= 0 else max(1, min(b, token_budget // width))
     ctx = torch.as_tensor(list(context), dtype=torch.long, device=device)[None]
 
     out = model(input_ids=ctx, use_cache=True)
+    # the context's last position predicts every continuation's first token: (V,) log-probs
+    first = logprobs_all(out.logits[0, -1], temperature)
     cache = out.past_key_values
-    cache.batch_repeat_interleave(b)
-    attn = torch.cat([torch.ones(b, ctx.shape[1], dtype=torch.long, device=device),
-                      cont_mask.long()], dim=1)
-    cont_logits = model(input_ids=ids, attention_mask=attn, past_key_values=cache,
-                        use_cache=False).logits
-    # position t of the continuation is predicted by the context's last logits (t = 0) or by
-    # continuation position t - 1
-    logits = torch.cat([out.logits[:, -1:].expand(b, 1, -1), cont_logits[:, :-1]], dim=1)
-    lp = logprobs_from_logits(logits, ids, temperature) * cont_mask
-    return lp.sum(1).float().cpu(), lengths
+    del out
+    sums = []
+    for start in range(0, b, rows):
+        part = continuations[start:start + rows]
+        n = lengths[start:start + rows]
+        last = start + rows >= b
+        sums.append(_score_slice(model, cache if last else copy.deepcopy(cache), ctx.shape[1],
+                                 part, n, first, temperature, device))
+    return torch.cat(sums), lengths
+
+
+def logprobs_all(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) over the last axis, in fp32."""
+    z = logits.float()
+    return torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
+
+
+def _score_slice(model: torch.nn.Module, cache, ctx_len: int, part: Sequence[Sequence[int]],
+                 lengths: torch.Tensor, first: torch.Tensor, temperature: float,
+                 device: torch.device | str) -> torch.Tensor:
+    """Summed logprobs (r,) of one slice of continuations on its copy of the context cache."""
+    r, width = len(part), max(1, int(lengths.max()))
+    ids = torch.zeros(r, width, dtype=torch.long)
+    for i, c in enumerate(part):
+        ids[i, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+    ids = ids.to(device)
+    mask = (torch.arange(width)[None] < lengths[:, None]).to(device)
+    cache.batch_repeat_interleave(r)
+    attn = torch.cat([torch.ones(r, ctx_len, dtype=torch.long, device=device), mask.long()], dim=1)
+    total = first[ids[:, 0]] * mask[:, 0]
+    if width > 1:
+        logits = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], past_key_values=cache,
+                       use_cache=False).logits
+        # continuation position t >= 1 is predicted by position t - 1
+        lp = logprobs_from_logits(logits, ids[:, 1:], temperature) * mask[:, 1:]
+        total = total + lp.sum(1)
+    return total.float().cpu()
