@@ -33,9 +33,17 @@ learner, during the update, on top
     three ``I``-wide tensors); with ``learner.activation_checkpointing`` only each block's input
     (``2 H`` bytes per layer) is kept plus one block being recomputed: ``N (2 H L + a)``, without
     it ``N a L``
-  * logits ``N V (2 + 4 k)``: the bf16 logits, then fp32 log-softmax and its gradient (k = 2, 3
-    with ``algorithm.entropy_coef > 0``). The critic's forward/backward comes after the policy's and
-    has no vocabulary, so it is not counted on top
+  * logits ``N V (b + 12)``, ``N V (b + 20)`` with ``algorithm.entropy_coef > 0``
+    (:func:`logits_bytes_per_logit`): the logits in the compute dtype, their fp32 upcast, the
+    saved log-softmax and the dense gradient the gather's backward scatters into; the entropy's
+    gradient path adds its saved ``p = exp(log p)`` and ``p log p``. 14 / 22 bytes a logit in bf16,
+    not the 10 / 14 this estimate counted before (issue 30, read against ragen2.algos.logits: the
+    entropy path holds ~18-22; ``launch/gpu_check.py`` measures the update's peak). The critic's
+    forward/backward comes after the policy's and has no vocabulary, so it is not counted on top
+learner, while the MI monitor / probe panel scores (before the update, vLLM awake, colocated)
+  * resident + gathered weights + the scorer's logits ``monitor.score_tokens x V x (b + 8)``
+    (:func:`scorer_bytes`; ``ragen2.learner.scoring`` slices the continuations so that no more
+    are held; measured on the CPU by ``benchmarks/scorer_memory.py``)
   * ``LEARNER_OVERHEAD`` (2 GiB): CUDA context, NCCL buffers, allocator fragmentation
   * loading: a learner that loads each model in fp32 and moves it to the GPU whole before sharding
     it peaks at ``4 P`` plus what is already resident; a sharded learner (W > 1, mixed precision or
@@ -44,7 +52,7 @@ learner, during the update, on top
 vLLM engine, on ``engine.gpu_memory_utilization x GPU`` (vLLM's own budget: its weights, activations,
 CUDA graphs and KV cache must fit in it, and it refuses to start with less free memory than that)
   * weights ``2 P / T`` in bf16/fp16 (``4 P / T`` in fp32), T = ``engine.tensor_parallel_size``
-  * ``ENGINE_OVERHEAD`` (2 GiB): CUDA context, the profile run's activations, sampler, CUDA graphs
+  * ``ENGINE_OVERHEAD`` (2 GiB): the profile run's activations, sampler
   * KV cache: ``2 L kv d b / T`` bytes per token (keys and values of every layer). vLLM refuses to
     start if it cannot hold one ``engine.max_model_len`` sequence (a refusal here); holding every
     episode an engine runs at once (``env_groups x group_size / rollout.num_workers``, or
@@ -56,14 +64,20 @@ HF engine (``engine=hf``), no budget of its own
     above, each at ``rollout.max_context_tokens``), fp32 last-token logits and
     ``HF_ENGINE_OVERHEAD`` (1 GiB); PyTorch's cache keeps those blocks reserved after generating,
     so colocated the learner gets the rest of the GPU (``learner peak + HF engine <= GPU``)
+vLLM engine, outside its budget (:func:`engine_outside_budget`)
+  * ``ENGINE_CONTEXT`` (1 GiB): the engine process's CUDA context and NCCL buffers, which
+    ``gpu_memory_utilization`` does not cover
+  * ``CUDA_GRAPH_POOL`` (3 GiB; 0 with ``engine.enforce_eager``): the captured CUDA graphs' private
+    memory pool, which sleep mode does not free (vllm PR #56373, #47654: several GiB per GPU)
 the GPU
   * ``cluster.layout=split``: a learner GPU holds the learner alone (the whole GPU), an engine GPU
-    the engine alone (its budget)
-  * ``colocated`` without ``engine.sleep_mode``: ``learner peak + engine budget <= GPU``
+    the engine alone (its budget plus what lies outside it)
+  * ``colocated`` without ``engine.sleep_mode``: ``learner peak + engine budget + outside <= GPU``
   * ``colocated`` with sleep mode: vLLM frees its weights and KV cache while the learner updates
-    (``ENGINE_ASLEEP`` = 1 GiB stays), so ``learner peak + ENGINE_ASLEEP <= GPU`` during updates and
-    ``learner resident + engine budget <= GPU`` while it generates (the learner empties PyTorch's
-    cache before vLLM wakes up: ``LearnerRank.release_cuda_cache``)
+    (what lies outside its budget stays: context and graph pool), so ``learner peak + outside <=
+    GPU`` during updates and ``learner resident + engine budget + outside <= GPU`` while it
+    generates (the learner empties PyTorch's cache before vLLM wakes up:
+    ``LearnerRank.release_cuda_cache``)
 
 Assumptions: a dense decoder (no MoE), AdamW, fp32 master weights (what ``ragen2.learner.rank``
 does), no credit for sequence packing or the shared prefix, even shards (``P / W``). It is an
@@ -82,7 +96,8 @@ from ragen2.config import Config
 GiB = 2**30
 LEARNER_OVERHEAD = 2 * GiB
 ENGINE_OVERHEAD = 2 * GiB
-ENGINE_ASLEEP = 1 * GiB
+ENGINE_CONTEXT = 1 * GiB  # outside gpu_memory_utilization: CUDA context, NCCL
+CUDA_GRAPH_POOL = 3 * GiB  # outside it too, and kept through sleep (vllm #56373, #47654)
 HF_ENGINE_OVERHEAD = 1 * GiB
 MARGIN = 0.10
 # torch.cuda.get_device_properties(0).total_memory of the GPUs the presets are sized for
@@ -109,6 +124,8 @@ class MemoryBudget:
     kv_one_sequence: float = 0.0
     kv_full_batch: float = 0.0
     hf_engine_terms: dict[str, float] = field(default_factory=dict)  # engine=hf on the GPU
+    engine_outside: dict[str, float] = field(default_factory=dict)  # beside vLLM's budget
+    scorer_terms: dict[str, float] = field(default_factory=dict)  # on top of the resident ones
     sleep_mode: bool = False
     # filled by _judge
     learner_room: float = 0.0  # what the learner may use on its GPU while it updates
@@ -146,7 +163,10 @@ class MemoryBudget:
                          f" {terms(self.engine_terms)}, leaving {gib(self.kv_available)} of KV "
                          f"cache (one engine.max_model_len sequence needs "
                          f"{gib(self.kv_one_sequence)}, every episode at once "
-                         f"{gib(self.kv_full_batch)})")
+                         f"{gib(self.kv_full_batch)}); outside that budget "
+                         f"{terms(self.engine_outside)}")
+        if self.scorer_terms:
+            lines.append(f"  MI scoring on the learner: resident + {terms(self.scorer_terms)}")
         return "\n".join(lines)
 
 
@@ -194,8 +214,8 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
         update["activations"] = n_tok * (2 * shape.hidden_size * shape.num_layers + a)
     else:
         update["activations"] = n_tok * a * shape.num_layers
-    k = 3 if alg.entropy_coef > 0 else 2
-    update["logits"] = n_tok * shape.vocab_size * (2 + 4 * k)
+    update["logits"] = n_tok * shape.vocab_size * logits_bytes_per_logit(compute_b,
+                                                                        alg.entropy_coef > 0)
     sharded = w > 1 or cfg.model.dtype != "float32" or offload
     load_peak = (0.0 if offload or (sharded and _meta_init())
                  else 4 * max(p, pc if critic else 0) + sum(resident.values()))
@@ -208,6 +228,7 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
         wb = 4 if cfg.model.dtype == "float32" else 2
         b.engine_budget = eng.gpu_memory_utilization * gpu_bytes
         b.engine_terms = {"weights": wb * p / t, "overhead": ENGINE_OVERHEAD}
+        b.engine_outside = engine_outside_budget(eng.enforce_eager)
         b.kv_available = b.engine_budget - sum(b.engine_terms.values())
         per_tok = shape.kv_bytes_per_token(wb) / t
         b.kv_one_sequence = eng.max_model_len * per_tok
@@ -220,8 +241,59 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
             "weights": wb * p, "overhead": HF_ENGINE_OVERHEAD,
             f"KV of {seqs} sequences": seqs * ro.max_context_tokens * shape.kv_bytes_per_token(wb),
             "logits": seqs * shape.vocab_size * 4}
+    if cfg.monitor.name == "mi" and (cfg.monitor.every > 0 or cfg.monitor.panel_size > 0):
+        b.scorer_terms = {"gathered weights": gathered,
+                          "scorer logits": scorer_bytes(cfg.monitor.score_tokens,
+                                                        shape.vocab_size, compute_b)}
     _judge(cfg, b)
+    _judge_scorer(b)
     return b
+
+
+def logits_bytes_per_logit(compute_bytes: int, entropy_grad: bool) -> int:
+    """Bytes the policy update holds per logit (``ragen2.algos.logits`` under autograd).
+
+    ``compute_bytes`` for the logits themselves, 4 for their fp32 upcast (``_scaled``), 4 for the
+    log-softmax output autograd saves, 4 for the dense gradient the gather's backward scatters
+    into; with an entropy bonus (``entropy_grad``) its gradient path keeps ``p = exp(log p)`` and
+    ``p log p`` (4 each). bf16: 14, with the entropy 22 (issue 30 put the entropy path at
+    ~18-22 bytes; the estimate counted 10 and 14 before).
+    """
+    return compute_bytes + 12 + (8 if entropy_grad else 0)
+
+
+def scorer_bytes(score_tokens: int, vocab_size: int, compute_bytes: int) -> int:
+    """Peak bytes of the MI scorer's logits (``ragen2.learner.scoring.score_continuations``):
+    ``score_tokens`` positions of logits in the compute dtype, their fp32 upcast and the fp32
+    log-softmax. No gradients: scoring runs under ``torch.no_grad``."""
+    return score_tokens * vocab_size * (compute_bytes + 8)
+
+
+def engine_outside_budget(enforce_eager: bool) -> dict[str, float]:
+    """What a vLLM engine holds on its GPU beside ``gpu_memory_utilization`` (and keeps while
+    asleep): its process's CUDA context and NCCL buffers, and the CUDA-graph pool unless
+    ``engine.enforce_eager`` (sleep mode does not release it: vllm PR #56373, #47654)."""
+    out = {"CUDA context": float(ENGINE_CONTEXT)}
+    if not enforce_eager:
+        out["CUDA graph pool"] = float(CUDA_GRAPH_POOL)
+    return out
+
+
+def _judge_scorer(b: MemoryBudget) -> None:
+    """The learner's peak while it scores for the MI monitor / panel: colocated, vLLM is awake
+    then (scoring comes before the engines sleep for the update)."""
+    if not b.scorer_terms:
+        return
+    need = b.learner_resident + sum(b.scorer_terms.values())
+    outside = sum(b.engine_outside.values())
+    hf = sum(b.hf_engine_terms.values())
+    if b.layout == "split" or not (b.engine_budget or hf):
+        room = b.gpu_bytes
+    else:
+        room = b.gpu_bytes - (b.engine_budget + outside if b.engine_budget else hf)
+    if need > room:
+        b.problems.append(f"the learner needs {gib(need)} per GPU while it scores for the MI "
+                          f"monitor beside the awake engine and has {gib(room)}")
 
 
 def _episodes_per_worker(cfg: Config) -> int:
@@ -244,12 +316,16 @@ def _judge(cfg: Config, b: MemoryBudget) -> None:
     """Fill ``learner_room``, ``problems`` and ``warnings``."""
     g = b.gpu_bytes
     engine = b.engine_budget
+    outside = sum(b.engine_outside.values())
     if b.layout == "split" or not engine:
         b.learner_room = g
     elif b.sleep_mode:
-        b.learner_room = g - ENGINE_ASLEEP
+        b.learner_room = g - outside
     else:
-        b.learner_room = g - engine
+        b.learner_room = g - engine - outside
+    if engine and b.layout == "split" and engine + outside > g:
+        b.problems.append(f"vLLM's budget {gib(engine)} and what it holds beside it "
+                          f"({gib(outside)}) exceed its GPU's {gib(g)}")
     hf = sum(b.hf_engine_terms.values())
     if hf and b.layout == "split" and hf > g:
         b.problems.append(f"the HF engine needs {gib(hf)} per GPU and has {gib(g)}")
@@ -261,10 +337,10 @@ def _judge(cfg: Config, b: MemoryBudget) -> None:
     elif need > (1 - MARGIN) * b.learner_room:
         b.warnings.append(f"the learner's estimate {gib(need)} is within {MARGIN:.0%} of the "
                           f"{gib(b.learner_room)} it has")
-    if b.sleep_mode and engine and b.learner_resident + engine > g:
-        b.problems.append(f"while vLLM generates (awake, {gib(engine)}) the learner keeps "
-                          f"{gib(b.learner_resident)} resident: {gib(b.learner_resident + engine)} "
-                          f"> the GPU's {gib(g)}")
+    if b.sleep_mode and engine and b.learner_resident + engine + outside > g:
+        b.problems.append(f"while vLLM generates (awake, {gib(engine + outside)}) the learner keeps "
+                          f"{gib(b.learner_resident)} resident: "
+                          f"{gib(b.learner_resident + engine + outside)} > the GPU's {gib(g)}")
     if engine:
         if b.kv_available < b.kv_one_sequence:
             b.problems.append(
@@ -284,7 +360,8 @@ def fix_advice(cfg: Config, b: MemoryBudget) -> str:
     c, lc, alg, eng = cfg.cluster, cfg.learner, cfg.algorithm, cfg.engine
     out = []
     learner_short = b.learner_peak > b.learner_room or (
-        b.sleep_mode and b.learner_resident + b.engine_budget > b.gpu_bytes)
+        b.sleep_mode and b.learner_resident + b.engine_budget > b.gpu_bytes) or any(
+        "scores for the MI monitor" in p for p in b.problems)
     if learner_short:
         out.append(f"more learner GPUs (now cluster.learner_world_size={c.learner_world_size}; "
                    "e.g. cluster=gpu_8)")
@@ -302,6 +379,8 @@ def fix_advice(cfg: Config, b: MemoryBudget) -> str:
             out.append(f"a lower engine.gpu_memory_utilization (now {eng.gpu_memory_utilization:g})")
         tokens = "learner.micro_batch_tokens" if lc.micro_batch_tokens > 0 else "algorithm.micro_batch_size"
         out.append(f"a smaller {tokens}")
+        if b.scorer_terms:
+            out.append(f"a smaller monitor.score_tokens (now {cfg.monitor.score_tokens})")
     if b.hf_engine_terms:
         out.append("engine=vllm (a fixed KV budget; it queues what does not fit)")
         out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes}) or "
