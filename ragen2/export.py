@@ -72,7 +72,9 @@ def load_policy(cfg, ckpt: Path, model_path: str):  # noqa: ANN001, ANN201
 
     kwargs = dict(dtype="float32", trust_remote_code=cfg.model.trust_remote_code)
     model = load_causal_lm(model_path, **kwargs)
-    state = torch.load(ckpt / POLICY_FILE, map_location="cpu", weights_only=False)["model"]
+    from ragen2.learner.sharded import read_model_state
+
+    state = read_model_state(ckpt)  # sharded (policy/) or full (policy.pt)
     if not any(".lora_A." in k for k in state):
         missing, unexpected = model.load_state_dict(state, strict=False)
         tied = {n for n in missing if _tied_away(model, n)}

@@ -22,7 +22,7 @@ def test_ppo_with_critic_and_kl_to_reference(hf_ppo_mixed):
         assert r[step]["actor/logprob_gap"] < 1e-3
         assert r[step]["actor/policy_version"] == step
     ckpt = hf_ppo_mixed / "checkpoints" / "step_000004"
-    assert {"policy.pt", "critic.pt", "ref.pt", "trainer_state.json"} <= {p.name for p in ckpt.iterdir()}
+    assert {"policy", "critic", "ref", "trainer_state.json"} <= {p.name for p in ckpt.iterdir()}
 
 
 def test_mixed_envs_train_with_per_env_metrics(hf_ppo_mixed):

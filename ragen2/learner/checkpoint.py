@@ -66,9 +66,13 @@ def write_json_atomic(path: Path, payload: Any) -> None:
 
 
 def commit(tmp: Path, step: int, trainer_state: dict[str, Any]) -> Path:
-    """Add the trainer state, fsync every file, rename into place and point ``latest`` at it."""
+    """Add the trainer state, fsync every file (the sharded parts' directories included), rename
+    into place and point ``latest`` at it."""
     write_json_atomic(tmp / STATE_FILE, trainer_state)
-    for f in tmp.iterdir():
+    for f in sorted(tmp.rglob("*"), reverse=True):  # files, and the shard directories after
+        if f.is_dir():
+            _fsync_dir(f)
+            continue
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)

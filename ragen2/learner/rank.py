@@ -749,33 +749,21 @@ class LearnerRank:
 
     # -------------------------------------------------------------- checkpoints
     def save(self, directory: str) -> None:
-        """Write this rank's part of a checkpoint into ``directory`` (already created, temporary)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+        """Write this rank's shards of a checkpoint into ``directory`` (already created,
+        temporary; collective): ``torch.distributed.checkpoint``, :mod:`ragen2.learner.sharded`."""
+        from ragen2.learner.sharded import save_sharded
 
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        # LoRA: the frozen base is the loaded model and never changes; adapters + optimiser suffice
-        policy_opts = StateDictOptions(full_state_dict=True, cpu_offload=True,
-                                       ignore_frozen_params=self.lora)
-        parts: dict[str, Any] = {}
-        model_sd, optim_sd = get_state_dict(self.model, self.optim, options=policy_opts)
-        if self.lora:  # ignore_frozen_params keeps a frozen tied weight's second name: drop it
-            adapters = self._adapter_names()
-            model_sd = {k: v for k, v in model_sd.items() if k in adapters}
-        parts["policy"] = {"model": model_sd, "optim": optim_sd}
-        if self.critic is not None:
-            parts["critic"] = dict(zip(("model", "optim"),
-                                       get_state_dict(self.critic, self.critic_optim, options=opts)))
-        if self.ref is not None:
-            parts["ref"] = {"model": full_state_dict(self.ref)}
-        if self.rank == 0:
-            for name, payload in parts.items():
-                torch.save(payload, os.path.join(directory, f"{name}.pt"))
-        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-               "python": random.getstate(), "version": self.version}
-        torch.save(rng, os.path.join(directory, f"rng_rank{self.rank}.pt"))
+        save_sharded(self, directory)
 
     def load(self, directory: str) -> int:
+        """Restore a checkpoint (collective): sharded (any world size) or the full-state-dict
+        format written before; returns the policy version."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        from ragen2.learner.sharded import is_sharded, load_sharded
+
+        if is_sharded(directory):
+            return load_sharded(self, directory)
 
         targets = {"policy": (self.model, self.optim), "critic": (self.critic, self.critic_optim)}
         for name, (model, optim) in targets.items():

@@ -27,6 +27,20 @@ def test_latest_and_state(tmp_path):
     assert json.loads((tmp_path / "checkpoints" / "latest.json").read_text())["step"] == 4
 
 
+def test_a_sharded_checkpoint_commits_with_its_part_directories(tmp_path):
+    """torch.distributed.checkpoint writes a directory per part (policy/, ref/: shards and
+    .metadata); commit fsyncs the files inside and renames the whole tree into place."""
+    tmp = checkpoint.begin(tmp_path, 3)
+    for part in ("policy", "ref"):
+        (tmp / part).mkdir()
+        (tmp / part / ".metadata").write_bytes(b"meta")
+        (tmp / part / "__0_0.distcp").write_bytes(b"shard")
+    (tmp / "rng_rank0.pt").write_bytes(b"rng")
+    final = checkpoint.commit(tmp, 3, {"step": 3, "policy_version": 3})
+    assert checkpoint.latest(tmp_path) == final
+    assert (final / "policy" / "__0_0.distcp").read_bytes() == b"shard"
+
+
 def test_crash_while_writing_keeps_the_previous_checkpoint(tmp_path):
     good = _write(tmp_path, 2)
     tmp = checkpoint.begin(tmp_path, 4)  # the process dies after writing half a checkpoint

@@ -217,7 +217,9 @@ def test_lora_checkpoint_resumes_exactly(tiny_model_path, tmp_path):
         w_a = a.policy_weights()
     finally:
         a.shutdown()
-    saved = torch.load(tmp_path / "policy.pt", weights_only=False)["model"]
+    from ragen2.learner.sharded import read_model_state
+
+    saved = read_model_state(tmp_path)
     assert saved and all(".lora_A." in k or ".lora_B." in k for k in saved)  # adapters only
     b = _rank(tiny_model_path, *LORA)
     try:
@@ -296,7 +298,7 @@ def test_ppo_checkpoint_with_critic_and_reference_resumes_exactly(tiny_model_pat
         w_a, c_a = a.policy_weights(), full_state_dict(a.critic)
     finally:
         a.shutdown()
-    assert {"policy.pt", "critic.pt", "ref.pt"} <= {p.name for p in tmp_path.iterdir()}
+    assert {"policy", "critic", "ref"} <= {p.name for p in tmp_path.iterdir()}  # sharded (DCP)
     b = _rank(tiny_model_path, *PPO_KL)
     try:
         assert b.load(str(tmp_path)) == 1

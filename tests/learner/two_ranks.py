@@ -17,7 +17,8 @@ from pathlib import Path
 #: job name -> the test module whose ``_worker(rank, path, ports, out_dir)`` runs on both ranks,
 #: with ``N_PORTS`` gloo groups (one per LearnerRank it sets up)
 JOBS = {"world2": "tests.learner.test_rank_world2", "nonfinite": "tests.learner.test_nonfinite",
-        "meta_init": "tests.learner.test_meta_init"}
+        "meta_init": "tests.learner.test_meta_init",
+        "sharded": "tests.learner.test_sharded_checkpoint"}
 
 
 def free_ports(n: int) -> list[int]:
@@ -61,5 +62,7 @@ def run_every_job(path: str, out_dir: Path, timeout: float = 600) -> dict[str, t
 
     ports = {name: free_ports(_job(name)[1]) for name in JOBS}
     run_two_ranks(_every_job, path, ports, str(out_dir), timeout=timeout)
-    return {name: tuple(torch.load(out_dir / name / f"rank{r}.pt", weights_only=False)
-                        for r in (0, 1)) for name in JOBS}
+    out: dict = {name: tuple(torch.load(out_dir / name / f"rank{r}.pt", weights_only=False)
+                             for r in (0, 1)) for name in JOBS}
+    out["sharded_dir"] = str(out_dir / "sharded")  # the checkpoint the job wrote stays there
+    return out
