@@ -5,18 +5,28 @@ does: the FSDP2 learner (:class:`ragen2.learner.rank.LearnerRank`, one rank on N
 over fp32 master weights) in this process, the HF engine (:class:`ragen2.engines.hf.HFEngine`, bf16)
 in a spawned child, and the ``cuda_ipc`` weight push between them (the strategy's own
 ``share_next_bucket`` / ``load_shared_bucket``). Sections, each timed and written to
-``OUT/summary.json``:
+``OUT/summary.json`` (the only file besides the logs; the model and every other scratch file go to
+``--scratch``, outside ``OUT``):
 
 1. ``env``: GPU, torch, CUDA, bf16, packages;
-2. ``model``: the Qwen2-0.5B-shaped random model built offline (or ``--model-path``);
-3. ``precision``: the post-sync probe's gap between a bf16 engine and the bf16 learner on the
-   same weights (what ``sync.probe_tolerance`` must allow for bf16: the measured value behind
-   ``ragen2.config.PROBE_TOLERANCE``), and the learner's bf16 logprobs against fp32 ones;
-4. ``update``: ``--steps`` GRPO updates (KL to a reference model included) on a synthetic batch of
-   ``--rows`` x ``--length`` tokens: update time, tokens/s, loss and grad-norm finite, peak memory;
-5. ``push``: the probe gap before the push (the engine is stale: large), the ``cuda_ipc`` push
-   (buckets, seconds) and the gap after it (small again);
-6. ``generate``: the engine's sampled tokens/s (``--gen-prompts`` x ``--gen-tokens``).
+2. ``model``: the Qwen2-0.5B-shaped random model built offline (vocabulary 151,936), its final
+   norm scaled so that its logits have a pretrained model's spread (std ``--logit-std`` over the
+   vocabulary; a random model's are near-uniform, which would make every bf16 gap look small);
+3. ``nccl_group``: the ``nccl`` strategy's weight-sync group constructor (``ProcessGroupNCCL`` with
+   its timeout options) and a broadcast with a timed wait, on the installed torch (one rank: NCCL
+   refuses two ranks on one GPU);
+4. ``precision``: the post-sync probe's gap between a bf16 engine and the bf16 learner on the
+   same weights -- the floor ``ragen2.sync.probe.ProbePolicy`` measures at policy version 0 -- and
+   the threshold the defaults derive from it; the learner's bf16 logprobs against fp32 ones;
+5. ``update``: ``--steps`` GRPO updates (KL to a reference model included) on a synthetic batch of
+   ``--rows`` x ``--length`` tokens: time, tokens/s, loss and grad-norm finite, peak memory beside
+   ``ragen2.cluster.memory``'s estimate of the same terms;
+6. ``scorer``: the MI scorer's peak memory (``ragen2.learner.scoring``) for ``--score-rows`` x
+   ``--score-width`` continuations, at ``monitor.score_tokens`` and unsliced, beside the estimate;
+7. ``push``: ``--pushes`` consecutive ``cuda_ipc`` pushes, each after an update (the engine is
+   stale before it: the probe gap and the checksums say so), with the memory of both processes
+   after each, the checksums of ``ragen2.sync.checksum`` and the probe after each;
+8. ``generate``: the engine's sampled tokens/s (``--gen-prompts`` x ``--gen-tokens``).
 
 ``--device cpu`` runs the same sections on the CPU (gloo, fp32, the tiny default model; the push
 sends numpy buckets, there being no CUDA IPC): CI runs it that way so the script cannot rot.
@@ -36,6 +46,7 @@ import os
 import socket
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -88,6 +99,12 @@ def _engine_main(model_path: str, dtype: str, device: str, inbox: Any, outbox: A
             elif cmd == "finish":
                 worker.engine.finish_update(args)
                 out = worker.engine.policy_version
+            elif cmd == "checksums":
+                from ragen2.sync.checksum import engine_reports
+
+                out = engine_reports(worker, args)
+            elif cmd == "memory":
+                out = _memory(device)
             elif cmd == "generate":
                 prompts, n_tokens = args
                 params = SamplingParams(temperature=1.0, max_new_tokens=n_tokens, stop=(), seed=0)
@@ -118,6 +135,19 @@ def _peak_gib(device: str) -> float | None:
     import torch
 
     return torch.cuda.max_memory_allocated() / 2**30
+
+
+def _memory(device: str) -> dict[str, float]:
+    """This process's memory now, GiB: CUDA allocated / reserved, else the resident set."""
+    if device == "cuda":
+        import torch
+
+        return {"allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 3),
+                "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 3)}
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return {"rss_gib": round(int(line.split()[1]) / 2**20, 3)}
+    return {}
 
 
 class EngineProcess:
@@ -172,13 +202,54 @@ def section_env(device: str) -> dict[str, Any]:
     return out
 
 
-def build_model(args: argparse.Namespace) -> str:
+def build_model(args: argparse.Namespace) -> dict[str, Any]:
+    """The model to check (built offline into the scratch folder) and its logits' spread."""
     if args.model_path:
-        return args.model_path
+        return {"path": args.model_path}
     from ragen2.models.tiny import TinyModelSpec, default_corpus, ensure_tiny_model
 
     spec = TinyModelSpec(**QWEN2_05B) if args.model == "qwen2_0.5b_random" else TinyModelSpec()
-    return str(ensure_tiny_model(spec, default_corpus, args.cache))
+    built = ensure_tiny_model(spec, default_corpus, os.path.join(args.scratch, "cache"))
+    return calibrate_logit_scale(str(built), os.path.join(args.scratch, f"{built.name}-scaled"),
+                                 args.logit_std)
+
+
+def calibrate_logit_scale(src: str, dst: str, target_std: float) -> dict[str, Any]:
+    """Copy the model at ``src`` to ``dst`` with its final norm scaled so that the logits' std
+    over the vocabulary is ``target_std`` (fp32, on a fixed input); the logits scale linearly
+    with the final norm's weight. A pretrained LM's logits spread over several nats (the bf16
+    probe gap grows with it); a randomly initialised one's hardly at all."""
+    import shutil
+
+    import torch
+
+    from ragen2.models.loading import load_causal_lm, load_tokenizer
+    from ragen2.sync.probe import probe_ids
+
+    model = load_causal_lm(src, dtype="float32").eval()
+    ids = torch.tensor([probe_ids(len(load_tokenizer(src)), 64)])
+
+    def spread() -> dict[str, float]:
+        with torch.no_grad():
+            z = model(input_ids=ids).logits[0].float()
+        lp = torch.log_softmax(z, -1)
+        return {"logit_std": float(z.std(-1).mean()),
+                "entropy_nats": float(-(lp.exp() * lp).sum(-1).mean()),
+                "top1_prob": float(lp.max(-1).values.exp().mean())}
+
+    before = spread()
+    with torch.no_grad():
+        model.model.norm.weight.mul_(target_std / before["logit_std"])
+    after = spread()
+    if not os.path.exists(os.path.join(dst, "config.json")):
+        tmp = f"{dst}.tmp-{os.getpid()}"
+        model.save_pretrained(tmp)
+        for f in os.listdir(src):  # tokenizer and generation config
+            if not f.endswith((".safetensors", ".bin", ".json")) or "token" in f or "generation" in f:
+                if os.path.isfile(os.path.join(src, f)) and not os.path.exists(os.path.join(tmp, f)):
+                    shutil.copy(os.path.join(src, f), tmp)
+        os.replace(tmp, dst)
+    return {"path": dst, "source": src, "before": before, "after": after}
 
 
 def learner_config(args: argparse.Namespace) -> Any:
@@ -230,9 +301,20 @@ def section_precision(learner: Any, engine: EngineProcess, ids: list[int],
     """Probe gap bf16 engine vs bf16 learner (same weights), and bf16 vs fp32 learner logprobs."""
     import torch
 
+    from ragen2.config import Config
     from ragen2.models.loading import load_causal_lm
+    from ragen2.sync.base import WeightSyncError
+    from ragen2.sync.probe import ProbePolicy
 
-    out: dict[str, Any] = {"probe_gap": probe_gap(learner, engine, ids)}
+    gap = probe_gap(learner, engine, ids)
+    sync = Config().sync
+    policy = ProbePolicy(sync.tolerance(learner.cfg.model.dtype), sync.probe_floor_multiple)
+    out: dict[str, Any] = {"probe_gap": gap}
+    try:  # the defaults' verdict on this floor (a refusal is a finding: the number stays)
+        policy.check([(gap["mean"], gap["max"])], version=0)
+        out.update(probe_floor=policy.floor, probe_threshold=policy.threshold())
+    except WeightSyncError as e:
+        out["probe_floor_refused"] = str(e)
     ref = load_causal_lm(model_path, dtype="float32").to(device).eval()
     x = torch.tensor([ids], device=device)
     with torch.no_grad():
@@ -270,17 +352,113 @@ def section_update(learner: Any, args: argparse.Namespace, vocab: int) -> dict[s
             "tokens_per_s": args.rows * args.length / med,
             "loss": [m["actor/loss"] for m in metrics],
             "grad_norm": [m["actor/grad_norm"] for m in metrics],
-            "peak_mem_gib": _peak_gib(args.device)}
+            "peak_mem_gib": _peak_gib(args.device), "estimate_gib": update_estimate(learner, args)}
+
+
+def update_estimate(learner: Any, args: argparse.Namespace) -> dict[str, float]:
+    """``ragen2.cluster.memory``'s terms for this update, GiB (the measured peak calibrates them)."""
+    from ragen2.cluster.memory import logits_bytes_per_logit
+
+    cfg = learner.cfg
+    params = sum(p.numel() for p in learner.model.parameters())
+    vocab = learner.model.get_output_embeddings().weight.shape[0]
+    b = {"float32": 4}.get(args.dtype, 2)
+    n_tok = args.micro_batch * args.length
+    terms = {"policy weights+Adam": 12 * params, "reference": 4 * params if cfg.algorithm.kl_coef > 0
+             else 0, "gradients": 4 * params, "gathered weights": b * params,
+             "logits": n_tok * vocab * logits_bytes_per_logit(b, cfg.algorithm.entropy_coef > 0)}
+    return {k: round(v / 2**30, 3) for k, v in terms.items()}
+
+
+def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``nccl`` strategy's group constructor and a broadcast with a timed wait, one rank."""
+    import torch
+
+    from ragen2.sync.nccl import _broadcast, join_group
+
+    holder = SimpleNamespace()
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    t0 = time.perf_counter()
+    join_group(holder, "127.0.0.1", _free_port(), 1, 0, backend, 60.0, "rank 0 = this process")
+    flat = torch.arange(1024, dtype=torch.float32, device=args.device)
+    _broadcast(holder, flat, "the check's broadcast")
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    ok = bool((flat.cpu() == torch.arange(1024, dtype=torch.float32)).all())
+    if not ok:
+        raise RuntimeError("a one-rank broadcast changed the tensor")
+    return {"backend": backend, "group": type(holder._weight_group).__name__,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "nccl_version": str(torch.cuda.nccl.version()) if args.device == "cuda" else None}
+
+
+def section_scorer(learner: Any, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    """Peak memory of the MI scorer on the learner's model, sliced and at once."""
+    import numpy as np
+    import torch
+
+    from ragen2.cluster.memory import scorer_bytes
+    from ragen2.learner.scoring import score_continuations
+
+    rng = np.random.default_rng(3)
+    ctx = rng.integers(3, vocab, 256).tolist()
+    conts = [rng.integers(3, vocab, args.score_width).tolist() for _ in range(args.score_rows)]
+    logits_vocab = learner.model.get_output_embeddings().weight.shape[0]
+    b = {"float32": 4}.get(args.dtype, 2)
+    out: dict[str, Any] = {"rows": args.score_rows, "width": args.score_width}
+    for budget in (args.score_tokens, 0):
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            score_continuations(learner.model, ctx, conts, temperature=learner.temperature,
+                                device=learner.device, token_budget=budget)
+        _sync(args.device)
+        key = f"score_tokens_{budget}" if budget else "unsliced"
+        tokens = budget or args.score_rows * args.score_width
+        out[key] = {"seconds": round(time.perf_counter() - t0, 3),
+                    "estimate_gib": round(scorer_bytes(tokens, logits_vocab, b) / 2**30, 3),
+                    "peak_gib": round((torch.cuda.max_memory_allocated() - base) / 2**30, 3)
+                    if args.device == "cuda" else None}
+    return out
 
 
 def section_push(learner: Any, engine: EngineProcess, ids: list[int], args: argparse.Namespace,
-                 ) -> dict[str, Any]:
-    """The engine is stale after the updates; push the learner's weights and probe again."""
+                 vocab: int) -> dict[str, Any]:
+    """``--pushes`` times: one update (the engine is now stale: probe gap and checksums say so),
+    the push, the checksums and the probe; the memory of both processes after each push."""
+    from ragen2.sync.checksum import checksum_names, export_names, learner_mismatches
+
+    names = checksum_names(export_names(learner))
+    pushes = []
+    for i in range(args.pushes):
+        learner.update(synthetic_batch(args.rows, args.length, vocab, learner.get_version(),
+                                       100 + i), step=100 + i)
+        stale = learner_mismatches(learner, [engine.call("checksums", names)])
+        before = probe_gap(learner, engine, ids)
+        t0 = time.perf_counter()
+        n = push_once(learner, engine, args)
+        version = engine.call("finish", learner.get_version())
+        seconds = time.perf_counter() - t0
+        bad = learner_mismatches(learner, [engine.call("checksums", names)])
+        if bad:
+            raise RuntimeError(f"push {i}: checksums differ after the push: {bad[:3]}")
+        pushes.append({"buckets": n, "seconds": round(seconds, 3), "engine_version": version,
+                       "stale_tensors_before": len(stale), "checked_tensors": len(names),
+                       "probe_gap_before": before, "probe_gap_after": probe_gap(learner, engine, ids),
+                       "learner_memory": _memory(args.device),
+                       "engine_memory": engine.call("memory", None)})
+    return {"pushes": pushes, "peak_mem_gib": _peak_gib(args.device)}
+
+
+def push_once(learner: Any, engine: EngineProcess, args: argparse.Namespace) -> int:
+    """One push of the learner's weights into the engine; the number of buckets."""
     from ragen2.sync.base import iter_buckets
 
-    before = probe_gap(learner, engine, ids)
     bucket_bytes = int(args.bucket_mb * 2**20)
-    t0 = time.perf_counter()
     n = 0
     if args.device == "cuda":  # the cuda_ipc strategy's two halves, as CudaIpcSync.push runs them
         from ragen2.sync.cuda_ipc import share_next_bucket
@@ -288,19 +466,13 @@ def section_push(learner: Any, engine: EngineProcess, ids: list[int], args: argp
         while (share := share_next_bucket(learner, bucket_bytes, args.dtype, n == 0)) is not None:
             engine.call("load_ipc", {share[0]: share})
             n += 1
-        share_next_bucket(learner, bucket_bytes, args.dtype, False)  # frees the last buffer
-    else:  # no CUDA IPC on the CPU: numpy buckets, as the object_store strategy sends them
-        weights: dict[str, Any] = {}
-        for bucket in iter_buckets(learner.named_weights("cpu"), bucket_bytes):
-            weights.update({k: t.float().numpy() for k, t in bucket})
-            n += 1
-        engine.call("load_numpy", weights)  # the HF engine checks that every weight arrived
-    version = engine.call("finish", learner.get_version())
-    seconds = time.perf_counter() - t0
-    after = probe_gap(learner, engine, ids)
-    return {"buckets": n, "seconds": seconds, "engine_version": version,
-            "probe_gap_before": before, "probe_gap_after": after,
-            "peak_mem_gib": _peak_gib(args.device)}
+        return n
+    weights: dict[str, Any] = {}  # no CUDA IPC on the CPU: numpy buckets, as object_store sends
+    for bucket in iter_buckets(learner.named_weights("cpu"), bucket_bytes):
+        weights.update({k: t.float().numpy() for k, t in bucket})
+        n += 1
+    engine.call("load_numpy", weights)  # the HF engine checks that every weight arrived
+    return n
 
 
 def section_generate(engine: EngineProcess, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
@@ -322,13 +494,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="built offline (default: qwen2_0.5b_random on cuda, tiny on cpu)")
     ap.add_argument("--model-path", default=None, help="a local HF directory instead (e.g. SmolLM2)")
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
-    ap.add_argument("--cache", default=None, help="model cache (default $RAGEN2_CACHE)")
+    ap.add_argument("--scratch", default=os.path.join(tempfile.gettempdir(), "ragen2_gpu_check"),
+                    help="models and every other scratch file (never under --out)")
+    ap.add_argument("--logit-std", type=float, default=3.0,
+                    help="the built model's logits' std over the vocabulary (a pretrained LM's)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=32)
     ap.add_argument("--length", type=int, default=1024)
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--probe-tokens", type=int, default=320)
     ap.add_argument("--bucket-mb", type=float, default=256.0)
+    ap.add_argument("--pushes", type=int, default=5, help="consecutive update + push rounds")
+    ap.add_argument("--score-rows", type=int, default=64)
+    ap.add_argument("--score-width", type=int, default=400)
+    ap.add_argument("--score-tokens", type=int, default=2048, help="monitor.score_tokens")
     ap.add_argument("--gen-prompts", type=int, default=64)
     ap.add_argument("--gen-tokens", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=600.0, help="per engine request, seconds")
@@ -341,6 +520,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if a.quick:
         a.steps, a.rows, a.length, a.micro_batch = 2, 8, 64, 4
         a.probe_tokens, a.gen_prompts, a.gen_tokens, a.bucket_mb = 160, 4, 16, 1.0
+        a.pushes, a.score_rows, a.score_width, a.score_tokens = 3, 8, 32, 64
+    if Path(a.scratch).resolve().is_relative_to(Path(a.out).resolve()):
+        ap.error(f"--scratch {a.scratch} is inside --out {a.out}: only the summary and logs "
+                 "belong there")
     return a
 
 
@@ -372,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if run("env", lambda: section_env(args.device)) is None:
         return 1
-    path = run("model", lambda: build_model(args))
+    built = run("model", lambda: build_model(args))
+    path = built["path"] if built else None
+    run("nccl_group", lambda: section_nccl_group(args))
     learner = engine = None
     if path is not None:
         from ragen2.learner.rank import LearnerRank
@@ -395,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         ids = probe_ids(vocab, args.probe_tokens)
         run("precision", lambda: section_precision(learner, engine, ids, path, args.device))
         run("update", lambda: section_update(learner, args, vocab))
-        run("push", lambda: section_push(learner, engine, ids, args))
+        run("scorer", lambda: section_scorer(learner, args, vocab))
+        run("push", lambda: section_push(learner, engine, ids, args, vocab))
         run("generate", lambda: section_generate(engine, args, vocab))
     if engine is not None:
         engine.close()

@@ -17,29 +17,32 @@
 #
 # WHEEL_DIR: wheels installed first (pip --no-index --target) for a bare machine that lacks the
 # pure-Python packages of step 1 (omegaconf, antlr4-python3-runtime, gymnasium,
-# farama-notifications): `pip download --no-deps -d WHEEL_DIR omegaconf==2.3.0 gymnasium==1.4.0
-# farama-notifications==0.0.4` and `pip wheel --no-deps -w WHEEL_DIR antlr4-python3-runtime==4.9.3`.
+# farama-notifications, cloudpickle): `bash launch/gpu_check_wheels.sh WHEEL_DIR` builds them here
+# (~0.7 MB, carried with the checkout). Scratch files (the model, the installed wheels, the run's
+# checkpoints) go to SCRATCH (default ${TMPDIR:-/tmp}/ragen2_gpu_check), never into OUT_DIR:
+# only summaries and logs come back from a lent machine.
 # The CPU rehearsal of step 1 runs in CI: tests/test_gpu_check.py (--device cpu --quick).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${1:-${OUT:-gpu_check_out}}"
 WHEELS="${2:-}"
 PY="${PYTHON:-python3}"
-mkdir -p "$OUT"
-export RAGEN2_CACHE="${RAGEN2_CACHE:-$OUT/cache}" RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 \
+SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/ragen2_gpu_check}"
+mkdir -p "$OUT" "$SCRATCH"
+export RAGEN2_CACHE="${RAGEN2_CACHE:-$SCRATCH/cache}" RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 \
        TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 \
        PYTHONPATH="$PWD:$PWD/envs${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "$WHEELS" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$OUT/site" "$WHEELS"/*.whl || { echo "installing $WHEELS failed"; exit 2; }
-  export PYTHONPATH="$PYTHONPATH:$PWD/$OUT/site"
+    --target "$SCRATCH/site" "$WHEELS"/*.whl || { echo "installing $WHEELS failed"; exit 2; }
+  export PYTHONPATH="$PYTHONPATH:$SCRATCH/site"
 fi
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
   echo "no CUDA device visible: nothing to check"; exit 2; }
 status=0
 
 echo "== 1. learner, HF engine, probe and cuda_ipc push (launch/gpu_check.py)"
-timeout 420 "$PY" launch/gpu_check.py --out "$OUT" 2>&1 | tee "$OUT/gpu_check.txt" | grep -v "it/s]"
+timeout 420 "$PY" launch/gpu_check.py --out "$OUT" --scratch "$SCRATCH" 2>&1 | tee "$OUT/gpu_check.txt" | grep -v "it/s]"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 if ! "$PY" -c "import ray, hydra, pytest" 2>/dev/null; then
@@ -58,14 +61,14 @@ timeout 300 "$PY" -m ragen2.train model=qwen2_0.5b_random cluster=gpu_1 engine=h
   trainer.total_steps=3 trainer.eval_every=0 trainer.eval_episodes=16 trainer.save_every=0 \
   trainer.warm_start.enabled=false trainer.loggers='[jsonl,console]' \
   rollout.env_groups=4 rollout.group_size=4 rollout.max_turns=2 engine.max_new_tokens=64 \
-  sync.strategy=cuda_ipc hydra.run.dir="$OUT/run" 2>&1 | tee "$OUT/train.txt" | tail -15
+  sync.strategy=cuda_ipc hydra.run.dir="$SCRATCH/run" 2>&1 | tee "$OUT/train.txt" | tail -15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 kill "$SMI" 2>/dev/null
 echo "run wall seconds: $(( $(date +%s) - t0 ))"
-"$PY" - "$OUT" <<'PYEOF'
+"$PY" - "$OUT" "$SCRATCH" <<'PYEOF'
 import json, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
-path = out / "run" / "metrics.jsonl"
+path = pathlib.Path(sys.argv[2]) / "run" / "metrics.jsonl"
 rows = [json.loads(l) for l in path.read_text().splitlines()] if path.exists() else []
 steps = [r for r in rows if r.get("step", 0) > 0 and "timing/step_s" in r]
 mem = [float(x) for x in (out / "gpu_mem.csv").read_text().split()] if (out / "gpu_mem.csv").exists() else []
