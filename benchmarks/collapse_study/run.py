@@ -57,9 +57,10 @@ QUIET_CORES = 0.1
 
 #: the entropy bonus of the ``*_ent`` arms: the smallest coefficient at which the entropy term's
 #: gradient norm in zero-spread groups reaches the task gradient norm of the highest-spread bucket
-#: at the warm start (README "Study 2", measured by ``--measure-entropy``; results/
-#: entropy_coef.json). None until measured: the ``*_ent`` arms refuse to run.
-ENTROPY_COEF: float | None = None
+#: at the warm start (README "Study 2", measured by ``--measure-entropy``: per seed 0.3155,
+#: 0.2805, 0.2300, median 0.2805, rounded up to 2 significant digits; results_v2/entropy_coef.json).
+#: None would make the ``*_ent`` arms refuse to run.
+ENTROPY_COEF: float | None = 0.29
 
 
 def _ent() -> str:
