@@ -162,9 +162,15 @@ def study_env(cache: Path) -> dict[str, str]:
 
 
 def git_commit() -> str | None:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                       text=True, check=False)
-    return r.stdout.strip() or None
+    """The checkout the runs were made on: ``git describe --always --dirty`` (a ``-dirty``
+    suffix when the tree differs from that commit) and the files that differ."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("describe", "--always", "--dirty", "--abbrev=7")
+    changed = git("diff", "--name-only", "HEAD")
+    return f"{head} ({', '.join(changed.splitlines())})" if changed else (head or None)
 
 
 def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path) -> dict:
