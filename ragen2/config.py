@@ -411,13 +411,13 @@ class MonitorConfig:
     turn_negatives: Optional[int] = 7
     turn_uniform: bool = False  # also pairs drawn uniformly over all turns (collapse/turn_uniform/*)
     action_mi: bool = True  # I(A; Z | X) on the first turn (collapse/action/*)
+    # padded continuation tokens the learner scores per forward (monitor, panel, action MI): its
+    # logits peak at score_tokens x vocabulary x (dtype bytes + 8) (ragen2.learner.scoring)
+    score_tokens: int = 2048
     # the fixed probe panel (collapse/panel/*): held-out prompts measured at step 0 and every
     # `every` steps with fresh first-turn samples, bootstrap 95% intervals over its prompts
     panel_size: int = 32  # distinct prompts (0 = off)
     panel_samples: int = 4  # reasoning samples per panel prompt
-    # padded continuation tokens the learner scores per forward (monitor, panel, action MI): its
-    # logits peak at score_tokens x vocabulary x (dtype bytes + 8) (ragen2.learner.scoring)
-    score_tokens: int = 2048
     panel_bootstrap: int = 200  # bootstrap resamples
     panel_permutations: int = 200  # permutation-null draws (its 95th percentile is the floor)
     # its later turns (collapse/panel/turns/*, ragen2.collapse.panel_turns): each panel seed
@@ -614,16 +614,16 @@ class SyncConfig:
     probe_tokens: int = 320  # longer than a KV block (vLLM: 128 on CPU, 16 on GPU)
     # the absolute minimum of the probe's threshold; null = by model.dtype (PROBE_TOLERANCE)
     probe_tolerance: Optional[float] = None
-
-    def tolerance(self, dtype: str) -> float:
-        """The probe's absolute minimum for a model computed in ``dtype``."""
-        return self.probe_tolerance if self.probe_tolerance is not None else PROBE_TOLERANCE[dtype]
     # a later gap fails above this multiple of the floor (the gap with identical weights)
     probe_floor_multiple: float = 4.0
     checksum: bool = True  # exact checksums of a few exported tensors after every sync
     # seconds a weight-sync collective (nccl strategy: rendezvous, broadcast) may wait before
     # the run stops with an error naming the strategy and the ranks
     timeout_s: float = 600.0
+
+    def tolerance(self, dtype: str) -> float:
+        """The probe's absolute minimum for a model computed in ``dtype``."""
+        return self.probe_tolerance if self.probe_tolerance is not None else PROBE_TOLERANCE[dtype]
 
     def validate(self, p: str) -> None:
         from ragen2.sync import WEIGHT_SYNCS
@@ -632,12 +632,12 @@ class SyncConfig:
         _positive(self, p, "bucket_mb", "probe_tokens", "timeout_s")
         _check(self.probe_tolerance is None or self.probe_tolerance > 0, f"{p}.probe_tolerance",
                self.probe_tolerance, "null (by model.dtype) or > 0")
+        _check(self.probe_floor_multiple >= 1, f"{p}.probe_floor_multiple",
+               self.probe_floor_multiple, "must be >= 1 (a multiple of the floor)")
         _check(self.probe_tokens >= 2, f"{p}.probe_tokens", self.probe_tokens, "must be >= 2")
 
 
 @dataclass
-        _check(self.probe_floor_multiple >= 1, f"{p}.probe_floor_multiple",
-               self.probe_floor_multiple, "must be >= 1 (a multiple of the floor)")
 class ClusterConfig:
     """Where the actors run: Ray address (null = start a local Ray), learner world size, devices.
 
