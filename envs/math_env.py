@@ -44,7 +44,8 @@ from .checks import ACTION_CHARSET, OBS_CHARSET, check_render_mode, is_int, is_r
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["MathTextEnv", "parse_number", "answers_match", "load_dataset", "SAMPLE_DATASET"]
+__all__ = ["MathTextEnv", "parse_number", "last_number", "answers_match", "load_dataset",
+           "SAMPLE_DATASET"]
 
 #: the shipped 8-problem GSM8K-style sample (self-written problems)
 SAMPLE_DATASET: Path = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
@@ -86,6 +87,15 @@ def parse_number(text: Any) -> Fraction | None:
     else:
         value = Fraction(m.group("num").replace(",", ""))
     return -value if m.group("sign") in ("-", "\u2212") else value
+
+
+def last_number(text: Any) -> Fraction | None:
+    """The last number written in ``text`` (each read as :func:`parse_number` reads one), or None.
+    ``7 - 5 = 2`` reads 2; ``2 + 9 = 18. The answer is 18.`` reads 18."""
+    if not isinstance(text, str):
+        return None
+    matches = list(_NUMBER_RE.finditer(text))
+    return parse_number(matches[-1].group(0)) if matches else None
 
 
 def _to_fraction(value: Any) -> Fraction:
@@ -192,6 +202,9 @@ class MathTextEnv(gym.Env):
             fractions. Ignored when ``dataset_path`` is given.
         max_operand: the largest operand at difficulty 1, an int in 1..99 (default 99; 9 gives
             one-digit problems, a start a small pretrained model can solve some of).
+        read: how an answer is read: ``"only"`` (default) exactly one number (:func:`parse_number`);
+            ``"last"`` the last number written, as a lenient grader reads a worked reply such as
+            ``7 - 5 = 2`` (:func:`last_number`).
         max_attempts: answers allowed per episode, an int >= 1.
         decay: reward multiplier per extra attempt, in (0, 1]; attempt k earns ``decay ** (k-1)``.
         dataset_path: optional GSM8K-style JSONL (see :func:`load_dataset`); when given, each
@@ -210,11 +223,14 @@ class MathTextEnv(gym.Env):
         dataset_path: str | os.PathLike | None = None,
         render_mode: str | None = None,
         max_operand: int = 99,
+        read: str = "only",
     ) -> None:
         if not is_int(difficulty) or not 1 <= difficulty <= 3:
             raise ValueError(f"difficulty must be an int in 1..3, got {difficulty!r}")
         if not is_int(max_operand) or not 1 <= max_operand <= 99:
             raise ValueError(f"max_operand must be an int in 1..99, got {max_operand!r}")
+        if read not in ("only", "last"):
+            raise ValueError(f"read must be 'only' or 'last', got {read!r}")
         if not is_int(max_attempts) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if not is_real(decay) or not 0.0 < decay <= 1.0:
@@ -227,6 +243,7 @@ class MathTextEnv(gym.Env):
 
         self.difficulty = int(difficulty)
         self.max_operand = int(max_operand)
+        self.read = read
         self.max_attempts = int(max_attempts)
         self.decay = float(decay)
         self.dataset_path = None if dataset_path is None else str(dataset_path)
@@ -366,7 +383,7 @@ class MathTextEnv(gym.Env):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._problem is None:
             raise RuntimeError("MathTextEnv.step() called before reset()")
-        value = parse_number(action)
+        value = parse_number(action) if self.read == "only" else last_number(action)
         valid = value is not None
         if self._terminated:
             return self._last_obs, 0.0, True, False, self._info(valid)

@@ -233,12 +233,17 @@ class RolloutConfig:
     max_worker_restarts: int = 3  # dead rollout workers restarted per call (rollout or sync)
     actions_per_turn: int = 1  # > 1: an answer may hold that many actions (RAGEN's "Right || Up")
     action_sep: str = "||"  # separator of several actions in one answer
+    # tags: <think>...</think><answer>...</answer>, anything else a format error; plain: no format
+    # asked or parsed, the whole reply is the action and the reasoning the MI monitor reads (for a
+    # model that ignores the tags, as SmolLM2-135M does: benchmarks/results/smollm2_tasks.json)
+    response_format: str = "tags"
 
     def validate(self, p: str) -> None:
         _positive(self, p, "env_groups", "group_size", "max_turns", "num_workers",
                   "max_context_tokens", "env_threads", "actions_per_turn")
         _check(bool(self.action_sep.strip()), f"{p}.action_sep", self.action_sep,
                "a non-blank separator, e.g. '||'")
+        _choice(self, p, "response_format", ("tags", "plain"))
         _check(self.max_worker_restarts >= 0, f"{p}.max_worker_restarts", self.max_worker_restarts,
                "must be >= 0 (0 = a dead rollout worker stops the run)")
         _check(self.format_penalty <= 0, f"{p}.format_penalty", self.format_penalty, "must be <= 0")

@@ -62,6 +62,7 @@ def test_free_form_kwargs_are_allowed():
     ("engine.top_p=1.5", "engine.top_p"),
     ("trainer.warm_start.random_action_prob=2", "trainer.warm_start.random_action_prob"),
     ("model.dtype=float16", "model.dtype"),  # fp16 is refused on the CPU device (bf16 runs)
+    ("rollout.response_format=json", "rollout.response_format"),
     ("rollout.max_worker_restarts=-1", "rollout.max_worker_restarts"),
     ("trainer.early_stop.spread_frac=1.5", "trainer.early_stop.spread_frac"),
     ("trainer.early_stop.eval_patience=0", "trainer.early_stop.eval_patience"),

@@ -41,10 +41,14 @@ class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be rendered turn by turn on token ids."""
 
 
-def system_prompt(instructions: str, actions_per_turn: int = 1, action_sep: str = "||") -> str:
+def system_prompt(instructions: str, actions_per_turn: int = 1, action_sep: str = "||",
+                  response_format: str = "tags") -> str:
     """The system message: the environment's instructions followed by the answer format (and,
-    with ``actions_per_turn > 1``, how to give several actions in one answer)."""
+    with ``actions_per_turn > 1``, how to give several actions in one answer); with
+    ``response_format="plain"`` (``rollout.response_format``) the instructions alone."""
     instructions = instructions.strip()
+    if response_format == "plain":
+        return instructions
     fmt = FORMAT_INSTRUCTION
     if actions_per_turn > 1:
         fmt += (f" You may give up to {actions_per_turn} actions in one answer, separated by "

@@ -55,6 +55,15 @@ def parse_response(text: str, eos_text: str | None = None) -> ParsedResponse:
     return ParsedResponse(think[0].strip(), answer[0].strip())
 
 
+def parse_plain(text: str, eos_text: str | None = None) -> ParsedResponse:
+    """``rollout.response_format=plain``: the whole reply (an EOS marker at its end excepted,
+    stripped) is the action and the reasoning; an empty reply is a format error."""
+    if eos_text and text.endswith(eos_text):
+        text = text[: -len(eos_text)]
+    body = text.strip() or None
+    return ParsedResponse(body, body)
+
+
 def leading_think(text: str) -> str | None:
     """The reasoning of a response that opens with a closed ``<think>`` block, even when the rest
     does not parse (the MI monitor and the saved rollouts look at reasoning, not at the format)."""

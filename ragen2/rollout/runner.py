@@ -21,7 +21,7 @@ import gymnasium as gym
 from ragen2 import seeding
 from ragen2.engines.base import Generation, GenerationEngine, SamplingParams
 from ragen2.rollout.chat import ChatRenderer, system_prompt
-from ragen2.rollout.parsing import leading_think, parse_response, think_token_span
+from ragen2.rollout.parsing import leading_think, parse_plain, parse_response, think_token_span
 from ragen2.rollout.trajectory import Trajectory
 
 FORMAT_ERROR_NOTE = ("Your reply could not be parsed. Reply exactly as "
@@ -132,6 +132,7 @@ def run_episodes(
     stats: dict[str, float] | None = None,
     actions_per_turn: int = 1,
     action_sep: str = "||",
+    response_format: str = "tags",
 ) -> list[Trajectory]:
     """Run one episode per spec to the end and return their trajectories (in spec order).
 
@@ -142,6 +143,8 @@ def run_episodes(
     instance is dropped from the pool. ``stats`` receives ``env_s`` and ``generate_s``: wall
     seconds spent in env calls and in the policy. ``actions_per_turn > 1``: an answer may hold up
     to that many actions separated by ``action_sep`` (RAGEN's ``Right || Up``), stepped in order.
+    ``response_format="plain"`` (``rollout.response_format``): no format is asked for, the whole
+    reply is the action and its ids are the reasoning span.
     """
     pools = envs if envs is not None else {}
     timing = {"env_s": 0.0, "generate_s": 0.0}
@@ -174,7 +177,8 @@ def run_episodes(
     for ep in episodes:  # tokenising stays on this thread (HF tokenizers are not thread-safe)
         if ep.traj.env_error is None:
             prompt = renderer.initial_prompt(
-                system_prompt(ep.extra.pop("instructions"), actions_per_turn, action_sep),
+                system_prompt(ep.extra.pop("instructions"), actions_per_turn, action_sep,
+                              response_format),
                 ep.observation)
             if len(prompt) + max_new_tokens > max_context_tokens:
                 raise ValueError(
@@ -194,7 +198,7 @@ def run_episodes(
         t0 = time.perf_counter()
         gens = policy.act(active, turn)
         timing["generate_s"] += time.perf_counter() - t0
-        answers = [_record_turn(ep, gen, renderer, eos_text, penalty(ep))
+        answers = [_record_turn(ep, gen, renderer, eos_text, penalty(ep), response_format)
                    for ep, gen in zip(active, gens)]
         t0 = time.perf_counter()
         _each(executor,
@@ -242,7 +246,7 @@ def _each(executor: Executor | None, fn: Callable[[Any], None], items: list[Any]
 
 
 def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text: str | None,
-                 format_penalty: float) -> str | None:
+                 format_penalty: float, response_format: str = "tags") -> str | None:
     """Record one generated turn; the answer to send to the env, or None if it did not parse."""
     traj = ep.traj
     traj.append(gen.token_ids, 1, gen.logprobs)
@@ -252,10 +256,16 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     # front of it: the parser and the saved response see the whole reply, the ids stay as sampled
     text = renderer.response_prefix + text
     traj.responses.append(text)
-    parsed = parse_response(text, eos_text)
-    think = parsed.think if parsed.format_ok else leading_think(text)
+    plain = response_format == "plain"
+    parsed = parse_plain(text, eos_text) if plain else parse_response(text, eos_text)
+    think = parsed.think if parsed.format_ok or plain else leading_think(text)
     span = None
-    if think is not None:  # the reasoning's sampled ids, for the MI monitor
+    if plain and think is not None:  # the whole reply but its EOS
+        ids = gen.token_ids
+        n = len(ids) - (1 if ids and ids[-1] == renderer.eos_token_id else 0)
+        start = len(traj.input_ids) - len(ids)
+        span = (start, start + n) if n > 0 else None
+    elif think is not None:  # the reasoning's sampled ids, for the MI monitor
         ids, tok = gen.token_ids, renderer.tokenizer
         local = think_token_span(lambda k: tok.decode(ids[:k], skip_special_tokens=False),
                                  len(ids), renderer.response_prefix)

@@ -76,7 +76,8 @@ class RolloutWorker:
                              max_context_tokens=r.max_context_tokens,
                              max_new_tokens=self.cfg.engine.max_new_tokens, envs=self.envs,
                              executor=self.executor, stats=stats,
-                             actions_per_turn=r.actions_per_turn, action_sep=r.action_sep)
+                             actions_per_turn=r.actions_per_turn, action_sep=r.action_sep,
+                             response_format=r.response_format)
         return trajs, stats
 
     def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,

@@ -150,6 +150,21 @@ def test_max_operand_bounds_difficulty_one():
                                                                                   "What is 1 - 1?"))
 
 
+def test_read_last_takes_the_last_number_of_a_worked_reply():
+    from ragen2_envs.math_env import last_number
+
+    assert last_number("7 - 5 = 2") == 2 and last_number("2 + 9 = 18. The answer is 18.") == 18
+    assert last_number("8-6=-2") == -2 and last_number("1/2 of 3 is 1 1/2") == Fraction(3, 2)
+    assert last_number("no number") is None and last_number(None) is None
+    only, last = MathTextEnv(read="only"), MathTextEnv(read="last")
+    for env in (only, last):
+        env.reset(seed=0)
+    worked = f"{only.problem.removeprefix('What is ').rstrip('?')} = {only.answer}"
+    assert not only.step(worked)[4]["action_is_valid"]  # three numbers: unreadable
+    _, reward, done, _, info = last.step(worked)
+    assert info["success"] and reward == 1.0 and done
+
+
 def test_arithmetic_checked_independently():
     env = MathTextEnv(difficulty=2)
     for seed in range(50):
@@ -316,6 +331,7 @@ def test_empty_or_missing_dataset(tmp_path):
         ({"max_operand": 0}, "max_operand"),
         ({"max_operand": 100}, "max_operand"),
         ({"max_operand": 9.0}, "max_operand"),
+        ({"read": "first"}, "read"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": "3"}, "max_attempts"),
         ({"decay": 0.0}, "decay"),

@@ -64,3 +64,11 @@ def test_think_token_span_on_real_tokenizers(request, which):
     ids = tok.encode(text, add_special_tokens=False)
     a, b = think_token_span(lambda k: tok.decode(ids[:k], skip_special_tokens=False), len(ids))
     assert tok.decode(ids[a:b], skip_special_tokens=False).strip() == "The goal is two cells right."
+
+
+def test_parse_plain_takes_the_whole_reply():
+    from ragen2.rollout.parsing import ParsedResponse, parse_plain
+
+    assert parse_plain("  7 - 5 = 2\n<|im_end|>", "<|im_end|>") == ParsedResponse("7 - 5 = 2",
+                                                                                   "7 - 5 = 2")
+    assert not parse_plain(" \n<|im_end|>", "<|im_end|>").format_ok

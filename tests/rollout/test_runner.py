@@ -334,3 +334,25 @@ def test_split_actions():
     assert split_actions(" Up ||Left|| Down ", 2, "||") == ["Up", "Left"]
     assert split_actions("Up ||  || Left", 5, "||") == ["Up", "Left"]
     assert split_actions(" || ", 3, "||") == [" || "]  # nothing but separators: the env judges it
+
+
+def test_plain_response_format_sends_the_whole_reply_and_marks_it_as_reasoning(tiny_tokenizer):
+    """rollout.response_format=plain: no format instruction, no parsing; the reply (its EOS
+    aside) is the env's action and the MI monitor's reasoning span."""
+    from ragen2.rollout.chat import FORMAT_INSTRUCTION
+
+    engine = ScriptedEngine(tiny_tokenizer, ["1 + 2 = 3"], eos_last=True)
+    factory = env_factory("ragen2/Math-v0", {"difficulty": 1, "max_operand": 1, "read": "last",
+                                             "max_attempts": 1})  # 1 + 1 or 1 - 1
+    (traj,) = run_episodes([EpisodeSpec(3, 0)], lambda name: factory(), ChatRenderer(tiny_tokenizer),
+                           EngineTurnPolicy(engine, SamplingParams()), max_turns=1,
+                           format_penalty=-0.1, max_context_tokens=4096, max_new_tokens=64,
+                           response_format="plain")
+    prompt = tiny_tokenizer.decode(traj.input_ids[:traj.first_prompt_len])
+    assert FORMAT_INSTRUCTION.split()[0] not in prompt and "<think>" not in prompt
+    assert traj.num_format_errors == 0 and traj.first_think == "1 + 2 = 3"
+    a, b = traj.think_span
+    assert tiny_tokenizer.decode(traj.input_ids[a:b]).replace(" ", "") == "1+2=3"
+    assert b == len(traj.input_ids) - 1  # the EOS stays outside
+    # the env read the last number, 3: wrong for 1 + 1 (2) and 1 - 1 (0), a valid answer
+    assert traj.env_return == 0.0 and traj.turn_rewards == [0.0]
