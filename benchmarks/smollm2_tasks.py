@@ -17,11 +17,12 @@ formats (what the system prompt asks for, and how the answer is read)
                      "Think briefly, then act. Reply exactly in the form <think>your
                      reasoning</think><answer>your action</answer>.", read by
                      ``ragen2.rollout.parsing.parse_response`` (anything else is a format error)
-  ``think_example``  ragen2's format with one worked example after it (``rollout.format_example``,
-                     :data:`EXAMPLES`), read by ``parse_response`` like ``think_answer``
+  ``think_example``  ragen2's format with one worked example of it added to the system prompt
+                     (:data:`EXAMPLES`), read by ``parse_response`` like ``think_answer``
   ``answer_tag``     the instructions, then "Reply with your final answer in the form
                      <answer>your answer</answer>."; the first ``<answer>`` block anywhere
-  ``plain``          the env's instructions alone; the last number in the reply (Math) or the
+  ``plain``          the env's instructions alone; the last number in the reply (Math: what
+                     ``rollout.response_format=plain`` with the env's ``read=last`` reads) or the
                      last line holding an expression (Countdown), as a lenient grader would read it
 
 Per (task, format): ``success`` (with a 95% Wilson interval), ``format_rate`` (an answer could be
