@@ -212,7 +212,10 @@ def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None =
         return f"{c['rho']:+.2f}{ci} (median over {c['runs']} runs)"
 
     def both(cs: dict) -> str:
-        return f"MI {rho(cs['mi_vs_success'])}, token entropy {rho(cs['entropy_vs_success'])}"
+        later = cs.get("panel_turns_mi_vs_success", {})
+        return (f"first-turn MI {rho(cs['mi_vs_success'])}, "
+                + (f"later-turn panel MI {rho(later)}, " if later.get("rho") is not None else "")
+                + f"token entropy {rho(cs['entropy_vs_success'])}")
 
     if corr_default:
         parts = [f"per-run Spearman vs held-out success, {'/'.join(default_arms or [])} runs: "
@@ -220,11 +223,15 @@ def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None =
                  f"all runs: {both(corr)}"]
     else:
         parts = [f"per-run Spearman vs held-out success: {both(corr)}"]
+    turns = [v for m in metrics.values() for _, v in series(m, "panel_turns_mi")]
+    if turns:
+        parts.append(f"later-turn panel MI over all monitor steps: {min(turns):.3f} to "
+                     f"{max(turns):.3f} nats")
     mi = [abs(v) for m in metrics.values() for _, v in series(m, "mi")]
     bound = [row["collapse/log_n"] for m in metrics.values() for row in m.values()
              if isinstance(row.get("collapse/log_n"), (int, float))]
     if mi:
-        parts.append(f"largest |MI| at any monitor step of any run: {max(mi):.4f} nats"
+        parts.append(f"largest |first-turn MI| at any monitor step of any run: {max(mi):.4f} nats"
                      + (f" (bound log N = {max(bound):.2f})" if bound else ""))
     finals = ", ".join(f"{arm} {fmt(t.get('final_success', {}).get('mean'))}"
                        for arm, t in table.items())
