@@ -197,3 +197,18 @@ def test_auto_dtype_in_the_config_and_its_override(monkeypatch):
     with pytest.raises(Exception, match="float32 or bfloat16 on cluster.device=cpu"):
         load_config(["model.dtype=float16"])
 
+
+
+def test_the_smollm2_math_preset_fits_a_quiet_24gb_machine():
+    from dataclasses import replace
+
+    cfg = load_config(["+experiment=smollm2_math", "model.dtype=bfloat16"])
+    assert cfg.cluster.learner_world_size == 1 and cfg.engine.name == "vllm"
+    assert cfg.rollout.response_format == "plain" and cfg.env.kwargs["read"] == "last"
+    cfg = replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=None,
+                                       activation_checkpointing=None))  # as the recipe leaves them
+    quiet = HostMemory(total=24 * GiB, available=21 * GiB)  # this machine with nothing else on it
+    planned = hm.apply_plan(cfg, hm.plan_host_memory(cfg, quiet))
+    b = hm.estimate_host_memory(planned, quiet)
+    assert b.fits, b.describe()
+    assert not planned.learner.activation_checkpointing  # no recomputation needed there
