@@ -18,7 +18,7 @@
 # RAM, expect 20-60 min:
 #   docker build -t ragen2:flash --build-arg WITH_FLASH_ATTN=1 --build-arg MAX_JOBS=8 .
 # Needs an NVIDIA driver >= 580 on the host (CUDA 13.0's minimum; nvidia-smi shows "CUDA Version:
-# 13.0" or higher). Run on one node, with the model pre-downloaded (README "Running on GPUs"):
+# 13.0" or higher). Run on one node, with the model pre-downloaded (docs/how-to/gpu-cluster.md):
 #   docker run --gpus all --shm-size 16g -v /shared:/shared -e HF_HUB_OFFLINE=1 \
 #     ragen2:latest ragen2-train +experiment=ragen2_sokoban \
 #     model.path=/shared/models/Qwen2.5-3B-Instruct hydra.run.dir=/shared/outputs/sokoban

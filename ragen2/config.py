@@ -436,7 +436,7 @@ class MonitorConfig:
     # collapse alert (collapse/alert): the panel MI's lower bound at or under the floor for
     # `alert_patience` measurements in a row while held-out success gains no more than
     # `alert_min_gain`; then warn (log + print), rollback (the newest healthy checkpoint, and a
-    # stronger filter: README "Collapse alert") or stop
+    # stronger filter: docs/concepts/diagnosis.md) or stop
     alert_patience: int = 3
     alert_min_gain: float = 0.0  # held-out success gain that counts as progress
     on_collapse: str = "warn"  # warn | rollback | stop

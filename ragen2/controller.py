@@ -493,7 +493,7 @@ class Controller:
             log.warning("warm start skipped: no training env (%s) has a demonstration() hook to "
                         "clone. A pretrained model needs none; the tiny model starts untrained and "
                         "mostly writes unparsable replies at first (add a demonstration() hook, "
-                        "README 'Add an environment'; trainer.warm_start.enabled=false silences "
+                        "docs/tutorials/add-an-environment.md; trainer.warm_start.enabled=false silences "
                         "this)", ", ".join(e.id for e in self.train_envs))
             self.learners.call("finish_warm_start")
             return {"warm_start/skipped": 1.0, "timing/warm_start_s": time.perf_counter() - t0}

@@ -265,6 +265,6 @@ def check_model_on_nodes(cfg: Config, model_path: str, timeout_s: float = 120.0)
             f"{what} ({path}) cannot be loaded on {len(bad)} of {len(nodes)} Ray nodes, and every "
             "node loads the model itself:\n  " + "\n  ".join(bad[:8])
             + (f"\n  ... ({len(bad) - 8} more)" if len(bad) > 8 else "")
-            + "\n  fix: put the model on storage every node mounts at the same path (README "
-            "'Running on GPUs': pre-download with `hf download ... --local-dir`), or set HF_HOME "
+            + "\n  fix: put the model on storage every node mounts at the same path (docs/how-to/"
+            "gpu-cluster.md: pre-download with `hf download ... --local-dir`), or set HF_HOME "
             "to a shared cache; the cache of built-in models is RAGEN2_CACHE")

@@ -12,7 +12,7 @@ opens it in :meth:`ragen2.engines.vllm_worker.WeightSyncExtension.ragen2_load_ip
 
 Everything up to ``rebuild_cuda_tensor`` is tested on CPU with the handle layer faked
 (``tests/sync/test_vllm_sync.py``); the call itself needs CUDA (``tests/gpu/test_cuda.py``,
-``launch/gpu_check.sh``; see README, "What has run on a GPU").
+``launch/gpu_check.sh``; see docs/how-to/gpu-checklist.md).
 """
 
 from __future__ import annotations
