@@ -23,6 +23,9 @@ TINY_BUDGET = ["model=smollm2", "engine=vllm", "rollout.env_groups=2", "rollout.
                "rollout.max_turns=1", "engine.max_new_tokens=16", "trainer.eval_episodes=4",
                "trainer.eval_every=0", "trainer.loggers=[jsonl]", "monitor.name=none",
                "algorithm.ppo_mini_batches=1",
+               # one short turn: rows of a few hundred tokens, so the host-memory estimate (sized
+               # by the longest possible row, the recipe's 4096) need not plan for 4096-token rows
+               "rollout.max_context_tokens=1024",
                "model.dtype=float32"]  # fixed (the recipe's auto picks bf16 on AVX-512 BF16 CPUs)
 TOL = 1e-3  # fp32 on the CPU (the recipe's probe tolerance, by model.dtype)
 
