@@ -17,7 +17,8 @@ Two designs (``--design``):
 Every run is ``ragen2-train`` in its own process. Caches are cold: each seed's caches (tiny
 model, warm start, vLLM, inductor) live in a fresh folder under ``--cache-root`` emptied when an
 invocation starts, so the first run of a seed in a sitting builds its warm start and the seed's
-other arms load it (``warm_start_built`` in each run's row). Runs already recorded in
+other arms load it (``warm_start_built`` in each run's row); ``--quick`` (the CI smoke) uses the
+caller's caches instead. Runs already recorded in
 ``results.json`` with exit 0, the same overrides and a ``summary.json`` are skipped (``--rerun``
 repeats them), so one study is gathered over several sittings; ``results.json`` is rewritten after
 every run. A run interrupted mid-way is started again from scratch.
@@ -154,11 +155,15 @@ def overrides(arm: str, seed: int, s: dict) -> list[str]:
             "trainer.save_rollouts_every=1", "trainer.loggers=[jsonl]", *s.get("extra", [])]
 
 
-def study_env(cache: Path) -> dict[str, str]:
-    """A run's environment: every cache under ``cache`` (:func:`robustness.cold_env`), and Ray's
-    workers at niceness 0 instead of Ray's default 15, so niced work elsewhere on the machine
-    takes only idle CPU from the run (the figures do not depend on it; the step times do)."""
-    return {**cold_env(cache), "RAY_worker_niceness": "0"}
+def study_env(cache: Path | None) -> dict[str, str]:
+    """A run's environment: every cache under ``cache`` (:func:`robustness.cold_env`; ``None``, as
+    ``--quick`` does: the caller's own caches, so the CI smoke reuses the test session's tiny model
+    and vLLM compile cache), and Ray's workers at niceness 0 instead of Ray's default 15, so niced
+    work elsewhere on the machine takes only idle CPU from the run (the figures do not depend on
+    it; the step times do)."""
+    env = (cold_env(cache) if cache is not None
+           else {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"})
+    return {**env, "RAY_worker_niceness": "0"}
 
 
 def git_commit() -> str | None:
@@ -173,7 +178,7 @@ def git_commit() -> str | None:
     return f"{head} ({', '.join(changed.splitlines())})" if changed else (head or None)
 
 
-def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path) -> dict:
+def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path | None) -> dict:
     """``ragen2-train`` in a subprocess (its own Ray session, caches under ``cache``); returns its
     bookkeeping row (wall time, exit code, whether it built the warm start)."""
     cmd = [str(Path(sys.executable).with_name("ragen2-train")), *overrides(arm, seed, s),
@@ -420,8 +425,9 @@ def main() -> int:
     done = {(r["arm"], r["seed"]): r for r in previous.get("runs", [])
             if r.get("returncode") == 0 and not args.rerun}
     for seed in s["seeds"]:
-        cache = args.cache_root / f"s{seed}"
-        shutil.rmtree(cache, ignore_errors=True)  # cold: this sitting's first run of the seed builds
+        cache = None if args.quick else args.cache_root / f"s{seed}"
+        if cache is not None:  # cold: this sitting's first run of the seed builds
+            shutil.rmtree(cache, ignore_errors=True)
         for arm in arms:
             run_dir = out / "runs" / f"{arm}_s{seed}"
             prev = done.get((arm, seed))
