@@ -19,12 +19,13 @@ warm-up:
   LoRA (``learner.lora.rank=--lora-rank`` on every linear layer) x activation checkpointing off /
   on. Rates: row tokens/s; *nominal* FLOP/s, 6 N x row tokens for a full update and
   (4 N + 6 N_adapters) x row tokens for LoRA (the frozen weights need the activations' gradient,
-  2 N a token, but no weight gradient); and *counted* FLOP/s, every matmul/attention FLOP the
-  update executed, counted by ``torch.utils.flop_counter`` on the warm-up pass (the shared-prefix
+  2 N a token, but no weight gradient); and *counted* FLOP/s, every matmul FLOP the update
+  executed, counted by ``torch.utils.flop_counter`` on the warm-up pass (the shared-prefix
   forward, the logits kept only from the first trained token, the second mini-batch's extra
-  no-grad forward and checkpointing's recomputation all included). The counted rate against the
-  peak of the same dtype is the update's roofline share; the nominal one can exceed it (the
-  learner skips work the 6 N rule assumes);
+  no-grad forward and checkpointing's recomputation all included; torch 2.13's counter has no
+  formula for the CPU attention kernel, ~4% of the FLOPs at these row lengths). The counted rate
+  against the peak of the same dtype is the update's roofline share; the nominal one can exceed
+  it (the learner skips work the 6 N rule assumes);
 * ``sync``: the CPU weight sync (``sync.strategy=object_store``): the learner's full weights
   gathered and made numpy in buckets of ``sync.bucket_mb`` (``put_buckets``), ``ray.put`` / ``ray.get``
   in this one process (the real run's cross-process hop is not in it), ``VLLMEngine.load_weights``
@@ -571,6 +572,7 @@ def main() -> None:
             better[f"update_full_{d}_roofline_share"] = "higher"
     correctness = {d: {"tolerance": sy["tolerance"], "probe_floor": sy["probe_floor"]["mean"],
                        "probe_floor_passed": sy["probe_floor"]["passed"],
+                       "probe_floor_under_tolerance": sy["probe_floor"]["mean"] <= sy["tolerance"],
                        "probe_after_update": sy["probe_after_update"]["mean"],
                        "probe_threshold": sy["probe_after_update"]["threshold"],
                        "probe_after_update_passed": sy["probe_after_update"]["passed"],
@@ -582,8 +584,8 @@ def main() -> None:
         print(f"  {k:24s} {v['step_s']:8.1f} s  (" + ", ".join(
             f"{p[:-2]} {x:.1f}" for p, x in v.items() if p != "step_s") + ")", flush=True)
     for d, c in correctness.items():
-        print(f"  correctness {d}: probe floor {c['probe_floor']:.3g} (tolerance {c['tolerance']:g}, "
-              f"{'pass' if c['probe_floor_passed'] else 'FAIL'}), after an update "
+        print(f"  correctness {d}: probe floor {c['probe_floor']:.3g} (tolerance {c['tolerance']:g}: "
+              f"{'under' if c['probe_floor_under_tolerance'] else 'OVER'}), after an update "
               f"{c['probe_after_update']:.3g} (threshold {c['probe_threshold']:.3g}, "
               f"{'pass' if c['probe_after_update_passed'] else 'FAIL'}), sampled gap mean "
               f"{c['sampled_gap_mean']:.3g}", flush=True)
