@@ -52,7 +52,7 @@ in it.
 
 Usage::
 
-    python benchmarks/real_models_speed.py            # ~35-45 min on a quiet 2-core machine
+    python benchmarks/real_models_speed.py            # ~60-75 min on a quiet 2-core machine (estimate)
     python benchmarks/real_models_speed.py --quick    # tiny sizes, 1 repeat: a smoke run (~10 min)
     python benchmarks/real_models_speed.py --only peak update --dtypes bfloat16
 
