@@ -216,10 +216,11 @@ def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: 
         for name, setup in arms.items():
             setup(ctl)
             t0 = time.perf_counter()
-            m, trained = ctl.train_step(r)
+            result = ctl.train_step(r)
             wall = time.perf_counter() - t0
+            m = result.metrics
             if r > 1:
-                out[name].append({**m, "wall_s": wall, "trained": float(trained)})
+                out[name].append({**m, "wall_s": wall, "trained": float(result.trained)})
             print(f"  round {r} {name}: step {wall:.2f} s "
                   f"(rollout {m.get('timing/rollout_s', float('nan')):.2f}, "
                   f"update {m.get('timing/update_s', float('nan')):.2f})", flush=True)

@@ -12,9 +12,9 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -32,6 +32,11 @@ from ragen2.rollout.envs import EnvEntry, allocate, assign, eval_entries, train_
 from ragen2.rollout.pool import WorkerPool
 from ragen2.rollout.runner import EpisodeSpec
 from ragen2.rollout.trajectory import Trajectory, collate
+from ragen2.run_state import (CollapseCheck, Evaluation, Health, PanelVerdict, RunState,
+                              StepResult, UpdateOutcome)
+
+if TYPE_CHECKING:
+    from ragen2.collapse.panel import PanelMeasurement
 
 log = logging.getLogger("ragen2")
 
@@ -68,12 +73,17 @@ def rollout_metrics(trajs: Sequence[Trajectory], prefix: str,
     return out
 
 
+def success_rate(trajs: Sequence[Trajectory]) -> float:
+    """The share of episodes that succeeded (``<prefix>/success``)."""
+    return float(np.mean([t.success for t in trajs]))
+
+
 def _episode_stats(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     r = np.array([t.reward for t in trajs])
     stds = reward_std(group_rewards(trajs)).numpy()  # σ_g, the filter's and the SNR grades' own
     turns = np.array([t.num_turns for t in trajs])
     return {
-        f"{prefix}/success": float(np.mean([t.success for t in trajs])),
+        f"{prefix}/success": success_rate(trajs),
         f"{prefix}/reward_mean": float(r.mean()),
         f"{prefix}/reward_std": float(r.std()),
         f"{prefix}/env_return_mean": float(np.mean([t.env_return for t in trajs])),
@@ -166,7 +176,7 @@ class Controller:
                      self.instrument.replace("_", " "), cfg.monitor.alert_instrument)
 
         self.alert = CollapseAlert(cfg.monitor.alert_patience, cfg.monitor.alert_min_gain)
-        self.panel_verdict: dict[str, Any] | None = None  # the last panel measurement's
+        self.panel_verdict: PanelVerdict | None = None  # the last panel measurement's
         self.rollbacks = 0
         from ragen2.models.loading import load_tokenizer
 
@@ -178,8 +188,7 @@ class Controller:
         eos = self.tokenizer.eos_token_id
         self.eos_text = self.tokenizer.decode([eos]) if eos is not None else None
         self.group_keys: dict[int, int] | None = None
-        self.health: dict[str, Any] = {"entropy_ref": None, "train_success": [], "collapse": {},
-                                       "label": None, "panel_turns": {}}
+        self.health = Health()
         self.pad_id = 0
         self.version = 0
 
@@ -239,8 +248,9 @@ class Controller:
         seeds = [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)]
         return self._gather("rollout", specs, seeds, [self.version] * n)
 
-    def evaluate(self, step: int) -> dict[str, float]:
-        """Held-out success; a few episodes are written to ``samples/eval_step_XXXXXX.jsonl``."""
+    def evaluate(self, step: int) -> Evaluation:
+        """Held-out success and ``eval/*``; a few episodes are written to
+        ``samples/eval_step_XXXXXX.jsonl``."""
         t0 = time.perf_counter()
         specs = self.episode_specs(self.eval_envs, self.cfg.trainer.eval_episodes, 1,
                                    seeding.eval_seed)
@@ -255,7 +265,7 @@ class Controller:
         with open(samples / f"eval_step_{step:06d}.jsonl", "w") as f:
             for t in _spread(trajs, self.cfg.trainer.log_samples):
                 f.write(json.dumps(t.as_text_record()) + "\n")
-        return out
+        return Evaluation(success_rate(trajs), out)
 
     def _checksum_names(self) -> list[str]:
         """The exported tensors whose checksums every sync compares (ragen2.sync.checksum)."""
@@ -371,21 +381,25 @@ class Controller:
         return ((self.panel is not None or self.turn_panel is not None)
                 and (step == 0 or (every > 0 and step % every == 0)))
 
-    def measure_panel(self, step: int) -> dict[str, float]:
-        """``collapse/panel/*``: fresh first turns of the current policy on the panel, scored by
+    def measure_panel(self, step: int) -> tuple[PanelMeasurement | None, dict[str, float]]:
+        """(the alert instrument's measurement, None when its panel is off; the metrics).
+
+        ``collapse/panel/*``: fresh first turns of the current policy on the panel, scored by
         the learner; the samples go to ``panel/step_XXXXXX.jsonl``. ``collapse/panel/turns/*``:
         the same at the later-turn panel's fixed mid-episode states (``panel/turns/``)."""
-        from ragen2.collapse.instrument import ALERT_PREFIX
+        from ragen2.collapse.instrument import alert_measurement
         from ragen2.collapse.panel import write_records
 
         n = len(self.workers)
         m: dict[str, float] = {}
+        first = later = None
         if self.panel is not None:
             t0 = time.perf_counter()
             trajs, _ = self._gather("rollout", self.panel.specs(),
                                     [seeding.panel_sampling_seed(self.cfg.seed, step, i) for i in range(n)],
                                     [self.version] * n, [False] * n, [1] * n)
-            m.update(self.panel.measure(trajs, self.learners.score, step))
+            first = self.panel.measure(trajs, self.learners.score, step)
+            m.update(first.metrics)
             write_records(self.run_dir, step, self.panel.records(trajs, step, self.eos_text))
             m["timing/panel_s"] = time.perf_counter() - t0
         if self.turn_panel is not None:
@@ -395,37 +409,35 @@ class Controller:
                 "rollout", tp.specs(),
                 [seeding.panel_turn_sampling_seed(self.cfg.seed, step, i) for i in range(n)],
                 [self.version] * n, [False] * n, [tp.turn + 1] * n, [tp.prefixes()] * n)
-            turns = tp.measure(trajs, self.learners.score, step)
-            m.update(turns)
+            later = tp.measure(trajs, self.learners.score, step)
+            m.update(later.metrics)
             write_records(self.run_dir, step, tp.records(trajs, step, self.eos_text),
                           folder="panel/turns")
-            self.health["panel_turns"] = turns
+            self.health.panel_turns = later.metrics
             m["timing/panel_turns_s"] = time.perf_counter() - t0
-        healthy = ALERT_PREFIX[self.instrument] + "healthy"
-        if healthy in m:
-            self.panel_verdict = {"step": step, "healthy": bool(m[healthy])}
-        return m
+        measured = alert_measurement(self.instrument, first, later)
+        if measured is not None and measured.healthy is not None:
+            self.panel_verdict = PanelVerdict(step, measured.healthy)
+        return measured, m
 
     def record_eval(self, step: int, success: float) -> None:
         """A held-out evaluation, for the collapse alert's stall test."""
         self.alert.observe_eval(step, success)
 
-    def check_collapse(self, step: int, m: dict[str, float]) -> str | None:
-        """Feed this step's panel measurement to the alert; on an alert act as
-        ``monitor.on_collapse`` says. Returns a stop reason for ``stop``, else None."""
-        from ragen2.collapse.instrument import alert_inputs
-
-        measured, mi_lo, mi_floor = alert_inputs(self.instrument, m)
-        if not measured:  # no panel measurement of the instrument at this step
-            return None
-        evidence = self.alert.observe_panel(step, mi_lo, mi_floor)
-        m["collapse/alert"] = float(evidence is not None)
+    def check_collapse(self, step: int, measured: PanelMeasurement | None) -> CollapseCheck:
+        """Feed this step's measurement of the alert's instrument (None: none at this step) to
+        the alert; on an alert act as ``monitor.on_collapse`` says (``stop``: a stop reason;
+        ``rollback``: the learner goes back to the newest healthy checkpoint)."""
+        if measured is None:  # no panel measurement of the instrument at this step
+            return CollapseCheck()
+        evidence = self.alert.observe_panel(step, measured.mi_lo, measured.mi_floor)
         if evidence is None:
-            return None
+            return CollapseCheck(measured=True)
         mon = self.cfg.monitor
         log.warning("collapse alert at step %d: %s", step, evidence)
         if mon.on_collapse == "stop":
-            return f"collapse alert: {evidence}"
+            return CollapseCheck(True, evidence, stop_reason=f"collapse alert: {evidence}")
+        rolled_back = False
         if mon.on_collapse == "rollback":
             if step >= self.cfg.trainer.total_steps:
                 log.warning("no rollback at the last step (nothing is left to train)")
@@ -436,20 +448,19 @@ class Controller:
                             "(raise trainer.keep_checkpoints or save more often)")
             else:
                 log.warning("%s", self.rollback(target, step))
-                m["collapse/rollback"] = 1.0
-        m["collapse/rollbacks"] = float(self.rollbacks)
-        return None
+                rolled_back = True
+        return CollapseCheck(True, evidence, rolled_back=rolled_back, rollbacks=self.rollbacks)
 
     def healthy_checkpoint(self) -> Path | None:
         """The newest checkpoint whose own weights the panel measured healthy (its MI interval
         cleared the floor at the step the checkpoint was written)."""
         for ckpt in reversed(checkpoint.complete(self.run_dir)):
             try:
-                state = checkpoint.read_state(ckpt)
-            except (OSError, ValueError):
+                state = RunState.from_dict(checkpoint.read_state(ckpt))
+                verdict = PanelVerdict.from_dict((state.controller or {}).get("panel"))
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
-            verdict = (state.get("controller") or {}).get("panel") or {}
-            if verdict.get("healthy") is True and verdict.get("step") == state.get("step"):
+            if verdict is not None and verdict.healthy and verdict.step == state.step:
                 return ckpt
         return None
 
@@ -461,7 +472,7 @@ class Controller:
         change = self.filter.strengthen(self.cfg.monitor.rollback_filter_factor)
         self.rollbacks += 1
         # the weights the run continues from are the ones the panel measured healthy
-        self.panel_verdict = {"step": step, "healthy": True}
+        self.panel_verdict = PanelVerdict(step, True)
         return (f"rolled back to {target.name} (policy version {self.version}) and continue "
                 f"with a stronger filter: {change}")
 
@@ -537,9 +548,10 @@ class Controller:
                 for i in range(steps_per_epoch):
                     rows = np.sort(perm[i * ws.batch_size:(i + 1) * ws.batch_size])
                     m = self.learners.sft_step(batch_ref, rows, ws.lr)
-                    skipped += m["warm_start/nonfinite_skipped"]
+                    outcome = sft_outcome(m)
+                    skipped += float(outcome.nonfinite_skipped)
                     in_row = count_nonfinite(
-                        in_row, m["warm_start/nonfinite_skipped"] > 0,
+                        in_row, outcome.nonfinite_skipped > 0,
                         self.cfg.trainer.max_nonfinite_steps, f"warm-start step {bar.n + 1}",
                         "warm_start/nonfinite_skipped",
                         "lower trainer.warm_start.lr, set a smaller algorithm.grad_clip, or train in "
@@ -551,8 +563,9 @@ class Controller:
                 "warm_start/demo_success": demo["warm_start/demo/success"]}
 
     # ------------------------------------------------------------------ a step
-    def train_step(self, step: int) -> tuple[dict[str, float], bool]:
-        """One RL step: (metrics, trained). ``trained`` is False when the filter kept no group."""
+    def train_step(self, step: int) -> StepResult:
+        """One RL step: collect, monitor, filter, update, push the weights. Its ``update`` is None
+        when the filter kept no group (nothing was trained)."""
         import ray
 
         t0 = time.perf_counter()
@@ -561,19 +574,20 @@ class Controller:
         check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"step {step}")
         metrics = rollout_metrics(trajs, "rollout", per_env=len(self.train_envs) > 1)
         metrics["rollout/worker_restarts"] = stats["worker_restarts"]
-        self.health["train_success"] = (self.health["train_success"] + [metrics["rollout/success"]])[-5:]
+        self.health.train_success = (self.health.train_success + [success_rate(trajs)])[-5:]
         trajs = [t for t in trajs if t.env_error is None]  # counted above, never trained on
         if self.monitor is not None and self.monitor.due(step):  # on the unfiltered batch
             t1 = time.perf_counter()
             collapse = self.monitor.measure(trajs, self.learners.score, step)
-            metrics.update(collapse)
+            metrics.update(collapse.metrics)
             metrics["timing/monitor_s"] = time.perf_counter() - t1
-            if collapse:
-                self.health["collapse"] = collapse
-                if self.health["entropy_ref"] is None:  # the policy's entropy when RL starts
-                    self.health["entropy_ref"] = collapse["collapse/token_entropy"]
-        keep, fm = self.filter.select(trajs, step, self.group_keys)
-        metrics.update(fm)
+            if collapse.metrics:
+                self.health.collapse = collapse.metrics
+            if self.health.entropy_ref is None:  # the policy's entropy when RL starts
+                self.health.entropy_ref = collapse.token_entropy
+        selection = self.filter.select(trajs, step, self.group_keys)
+        keep = selection.kept
+        metrics.update(selection.metrics)
         c = self.cfg
         if c.trainer.save_rollouts_every and step % c.trainer.save_rollouts_every == 0:
             from ragen2.rollout.archive import save_rollouts
@@ -581,7 +595,7 @@ class Controller:
             save_rollouts(self.run_dir, step, trajs, keep, c.trainer.save_rollouts_max_mb, self.eos_text)
         kept = [t for t in trajs if t.group_id in keep]
         if not kept:
-            return metrics, False
+            return StepResult(metrics, None, selection.reward_spread)
         if c.monitor.grad_snr_every and step % c.monitor.grad_snr_every == 0:
             metrics.update(self.grad_snr(trajs))
         batch = collate(kept, self.pad_id)
@@ -591,14 +605,16 @@ class Controller:
         t1 = time.perf_counter()
         if c.engine.sleep_mode:  # colocated GPUs: the engines give their memory to the update
             self.pool.call_all("sleep")
-        metrics.update(self.learners.update(ray.put(batch), step))
+        learned = self.learners.update(ray.put(batch), step)
+        update = update_outcome(learned)
+        metrics.update(learned)
         t_upd = time.perf_counter() - t1
         self.version += 1
         metrics.update(self.push_weights())
         metrics.update({"timing/rollout_s": t_roll, "timing/env_s": stats.get("env_s", 0.0),
                         "timing/generate_s": stats.get("generate_s", 0.0),
                         "timing/update_s": t_upd, "timing/step_s": time.perf_counter() - t0})
-        return metrics, True
+        return StepResult(metrics, update, selection.reward_spread)
 
     def grad_snr(self, trajs: list[Trajectory]) -> dict[str, float]:
         """Gradient norms of the task / entropy / KL terms per reward-spread bucket (bucket 0:
@@ -622,21 +638,20 @@ class Controller:
         from ragen2.collapse.diagnosis import DIAGNOSIS_CODES, diagnose
         from ragen2.collapse.instrument import diagnosis_inputs
 
-        h, col = self.health, self.health["collapse"]
-        train = h["train_success"]
-        source = col if self.instrument == "first_turn" else h.get("panel_turns") or {}
+        h = self.health
+        source = h.collapse if self.instrument == "first_turn" else h.panel_turns
         d = diagnose(**diagnosis_inputs(self.instrument, source),
-                     token_entropy=col.get("collapse/token_entropy"),
-                     entropy_ref=h["entropy_ref"],
-                     train_success=float(np.mean(train)) if train else None,
+                     token_entropy=h.collapse.get("collapse/token_entropy"),
+                     entropy_ref=h.entropy_ref,
+                     train_success=float(np.mean(h.train_success)) if h.train_success else None,
                      eval_success=eval_success)
-        if d.label != h["label"]:
+        if d.label != h.label:
             log.info("diagnosis: %s: %s", d.label, d.evidence)
-            h["label"] = d.label
+            h.label = d.label
         return {"collapse/diagnosis": float(DIAGNOSIS_CODES[d.label])}
 
     # ------------------------------------------------------------ checkpoints
-    def save(self, step: int, state: dict[str, Any]) -> Path:
+    def save(self, step: int, state: RunState) -> Path:
         """Write the checkpoint of ``step`` atomically (see :mod:`ragen2.learner.checkpoint`).
 
         On any failure the temporary directory is removed (as far as the disk allows); a write
@@ -647,8 +662,8 @@ class Controller:
         try:
             tmp = checkpoint.begin(self.run_dir, step)
             self.learners.call("save", str(tmp))
-            final = checkpoint.commit(tmp, step,
-                                      {**state, "step": step, "policy_version": self.version})
+            final = checkpoint.commit(
+                tmp, step, replace(state, step=step, policy_version=self.version).to_dict())
         except BaseException as e:
             if tmp is not None:
                 checkpoint.discard(tmp)
@@ -672,7 +687,8 @@ class Controller:
         saved with each checkpoint (``panel`` marks a rollback target)."""
         return {"filter": self.filter.state_dict(),
                 "monitor": self.monitor.state_dict() if self.monitor is not None else None,
-                "health": self.health, "panel": self.panel_verdict,
+                "health": self.health.to_dict(),
+                "panel": self.panel_verdict.to_dict() if self.panel_verdict else None,
                 "alert": self.alert.state_dict(), "rollbacks": self.rollbacks,
                 "probe_floor": self.probe_policy.floor}
 
@@ -680,8 +696,8 @@ class Controller:
         self.filter.load_state_dict(state["filter"])
         if self.monitor is not None and state.get("monitor") is not None:
             self.monitor.load_state_dict(state["monitor"])
-        self.health = state["health"]
-        self.panel_verdict = state.get("panel")
+        self.health = Health.from_dict(state["health"])
+        self.panel_verdict = PanelVerdict.from_dict(state.get("panel"))
         if state.get("alert") is not None:
             self.alert.load_state_dict(state["alert"])
         self.rollbacks = int(state.get("rollbacks", 0))
@@ -692,6 +708,19 @@ class Controller:
         self.learners.shutdown()
         self.pool.shutdown()
         self.placement.remove()
+
+
+def update_outcome(metrics: Mapping[str, float]) -> UpdateOutcome:
+    """What ``LearnerGroup.update`` did, from the metrics it returns: the one place the loop
+    reads the learner's metric names (goes once the learner returns a typed outcome)."""
+    return UpdateOutcome(optimizer_steps=int(metrics["actor/optimizer_steps"]),
+                         nonfinite_skipped=int(metrics["actor/nonfinite_skipped"]))
+
+
+def sft_outcome(metrics: Mapping[str, float]) -> UpdateOutcome:
+    """What one ``LearnerGroup.sft_step`` did (one optimiser step, or none when skipped)."""
+    skipped = int(metrics["warm_start/nonfinite_skipped"])
+    return UpdateOutcome(optimizer_steps=1 - skipped, nonfinite_skipped=skipped)
 
 
 NONFINITE_ADVICE = ("lower algorithm.lr, set a smaller algorithm.grad_clip, check the env's rewards "
@@ -722,7 +751,15 @@ def preempted_message(signal_name: str, step: int, run_dir: Path) -> str:
 
 
 def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
-    """Train according to ``cfg`` in ``run_dir``; returns the summary also written to summary.json."""
+    """Train according to ``cfg`` in ``run_dir``; returns the summary also written to summary.json.
+
+    Before RL (:func:`_before_rl`), or from the newest checkpoint (:func:`_resume`), the policy is
+    pushed to the engines; then every step trains (:meth:`Controller.train_step`), counts the
+    steps that trained nothing (:func:`_count_skips`), folds in the early stops, measures the
+    panel, evaluates where due (:func:`_evaluate`), feeds the collapse alert, logs its row and
+    writes the checkpoint that is due (:func:`_checkpoint`). Every decision reads the typed
+    state and outcomes of :mod:`ragen2.run_state`.
+    """
     t_start = time.perf_counter()
     tr = cfg.trainer
     from ragen2.budget import warn_budget
@@ -732,8 +769,8 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
     ckpt = checkpoint.latest(run_dir) if tr.resume else None
     if tr.resume and ckpt is None:
         log.warning("trainer.resume=true but %s has no checkpoint: starting from scratch", run_dir)
-    state: dict[str, Any] = checkpoint.read_state(ckpt) if ckpt else {}
-    start = int(state.get("step", 0))
+    state = RunState.from_dict(checkpoint.read_state(ckpt)) if ckpt else RunState()
+    start = state.step
 
     ctl = Controller(cfg, run_dir, model_path)
     logger = MetricsLogger(tr.loggers, run_dir, resume_step=start if ckpt else -1,
@@ -743,93 +780,40 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
     stop_signal = StopSignal().__enter__()
     try:
         if ckpt:
-            ctl.version = ctl.learners.call("load", str(ckpt))[0]
-            if ctl.version != state["policy_version"]:
-                raise RuntimeError(f"{ckpt}: learner version {ctl.version} != trainer state "
-                                   f"{state['policy_version']}")
-            if "controller" in state:
-                ctl.load_state_dict(state["controller"])
-            ctl.push_weights()
-            log.info("resumed from %s (step %d)", ckpt, start)
+            _resume(ctl, ckpt, state)
         else:
-            row: dict[str, float] = {}
-            if tr.warm_start.enabled:
-                row.update(ctl.warm_start())
-            row.update(ctl.push_weights())
-            row.update(ctl.evaluate(0))
-            ctl.record_eval(0, row["eval/success"])
-            state = {"eval_before": row["eval/success"], "skipped_in_row": 0, "skipped_total": 0}
-            log.info("held-out success before RL: %.3f (%d episodes)", row["eval/success"],
-                     tr.eval_episodes)
-            if ctl.panel_due(0):
-                row.update(ctl.measure_panel(0))
-                ctl.check_collapse(0, row)
-                if cfg.monitor.on_collapse == "rollback":  # the warm start: a rollback target
-                    state["controller"] = ctl.state_dict()
-                    ctl.save(0, state)
-            logger.log(0, row)
+            state = _before_rl(ctl, logger)
 
         save_pending = False
         stopper = EarlyStop(**asdict(tr.early_stop))
-        stopper.load_state_dict(state.get("early_stop", {}))
+        stopper.load_state_dict(state.early_stop or {})
         stop_reason, last_step = None, start
         for step in range(start + 1, tr.total_steps + 1):
             if stop_signal.received:  # arrived before the first step: nothing new to save
                 raise stop_signal.preempted(preempted_message(stop_signal.name, step - 1, run_dir))
             last_step = step
-            m, trained = ctl.train_step(step)
-            if trained:  # the learner skips a mini-batch whose loss or gradient is nan/inf
-                try:
-                    state["nonfinite_in_row"] = count_nonfinite(
-                        state.get("nonfinite_in_row", 0), m["actor/optimizer_steps"] == 0,
-                        tr.max_nonfinite_steps, f"step {step}", "actor/nonfinite_skipped")
-                except TrainingStopped:
-                    logger.log(step, m)
-                    raise
-            state["skipped_in_row"] = 0 if trained else state["skipped_in_row"] + 1
-            state["skipped_total"] += 0 if trained else 1
-            m["filter/skipped_steps"] = state["skipped_total"]
-            if state["skipped_in_row"] >= tr.max_skipped_steps:
-                logger.log(step, m)
-                raise TrainingStopped(
-                    f"{state['skipped_in_row']} consecutive steps kept no group after filtering "
-                    f"(filter.strategy={cfg.filter.strategy}, filter.value={cfg.filter.value}, "
-                    f"trainer.max_skipped_steps={tr.max_skipped_steps}): loosen the filter "
-                    "(a higher filter.value, filter.include_zero=true) or raise rollout.group_size")
-            if "rollout/in_group_reward_std" in m:
-                stop_reason = stopper.step(m["rollout/in_group_reward_std"])
+            result = ctl.train_step(step)
+            m = result.metrics
+            _count_skips(cfg, state, step, result, logger)
+            if result.reward_spread is not None:
+                stop_reason = stopper.step(result.reward_spread)
+            measured = None  # the alert instrument's panel measurement at this step
             if ctl.panel_due(step):
-                m.update(ctl.measure_panel(step))
-            scheduled = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
-            if scheduled or stop_reason:  # (a run that stops early is measured where it ended)
-                m.update(ctl.evaluate(step))
-                log.info("step %d: held-out success %.3f (%d episodes)", step, m["eval/success"],
-                         tr.eval_episodes)
-                m.update(ctl.diagnose(m["eval/success"]))
-                if tr.eval_every and step % tr.eval_every == 0:  # the periodic ones only: an
-                    ctl.record_eval(step, m["eval/success"])  # end-of-segment one would break resume
-                state["eval_last"] = m["eval/success"]
-                if scheduled:
-                    stop_reason = stop_reason or stopper.evaluation(m["eval/success"])
-            collapse_stop = ctl.check_collapse(step, m)  # may roll the learner back
-            stop_reason = stop_reason or collapse_stop
-            save_pending |= m.get("collapse/rollback", 0.0) > 0  # resume must see the rollback
+                measured, panel_metrics = ctl.measure_panel(step)
+                m.update(panel_metrics)
+            stop_reason = _evaluate(ctl, state, stopper, step, m, stop_reason)
+            collapse = ctl.check_collapse(step, measured)  # may roll the learner back
+            m.update(collapse.metrics())
+            stop_reason = stop_reason or collapse.stop_reason
+            save_pending |= collapse.rolled_back  # resume must see the rollback
             if stop_reason:
                 m["trainer/early_stop"] = 1.0
-            state["early_stop"] = stopper.state_dict()
+            state.early_stop = stopper.state_dict()
             logger.log(step, m)
             save_pending |= (step == tr.total_steps or stop_reason is not None
                              or stop_signal.received is not None
                              or bool(tr.save_every and step % tr.save_every == 0))
-            if save_pending and m.get("actor/nonfinite_skipped", 0) > 0:
-                # never checkpoint a step whose update met a nan/inf: wait for a clean one
-                log.warning("step %d: checkpoint postponed, %d optimizer step(s) skipped for a "
-                            "non-finite loss or gradient (latest checkpoint: %s)", step,
-                            m["actor/nonfinite_skipped"], checkpoint.latest(run_dir))
-            elif save_pending:
-                state["controller"] = ctl.state_dict()
-                ctl.save(step, state)
-                save_pending = False
+            save_pending = _checkpoint(ctl, state, step, result, save_pending)
             if stop_reason:
                 log.info("early stop at step %d: %s", step, stop_reason)
                 break
@@ -839,7 +823,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
             log.warning("no checkpoint after step %d: its update skipped optimizer steps for a "
                         "non-finite loss or gradient (latest checkpoint: %s)", last_step,
                         checkpoint.latest(run_dir))
-        summary = {"eval_before": state.get("eval_before"), "eval_after": state.get("eval_last"),
+        summary = {"eval_before": state.eval_before, "eval_after": state.eval_last,
                    "steps": last_step if stop_reason else tr.total_steps, "seed": cfg.seed,
                    "wall_s": time.perf_counter() - t_start, "early_stop": stop_reason}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -851,3 +835,103 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
         stop_signal.__exit__()
         logger.close()
         ctl.shutdown()
+
+
+def _resume(ctl: Controller, ckpt: Path, state: RunState) -> None:
+    """Load the checkpoint's learner and controller state, then push the policy to the engines."""
+    ctl.version = ctl.learners.call("load", str(ckpt))[0]
+    if ctl.version != state.policy_version:
+        raise RuntimeError(f"{ckpt}: learner version {ctl.version} != trainer state "
+                           f"{state.policy_version}")
+    if state.controller is not None:
+        ctl.load_state_dict(state.controller)
+    ctl.push_weights()
+    log.info("resumed from %s (step %d)", ckpt, state.step)
+
+
+def _before_rl(ctl: Controller, logger: MetricsLogger) -> RunState:
+    """Step 0: the warm start, the first push, held-out success before RL and the panel (whose
+    measurement makes the warm start a rollback target); returns the fresh run state."""
+    cfg = ctl.cfg
+    tr = cfg.trainer
+    row: dict[str, float] = {}
+    if tr.warm_start.enabled:
+        row.update(ctl.warm_start())
+    row.update(ctl.push_weights())
+    before = ctl.evaluate(0)
+    row.update(before.metrics)
+    ctl.record_eval(0, before.success)
+    state = RunState(eval_before=before.success)
+    log.info("held-out success before RL: %.3f (%d episodes)", before.success, tr.eval_episodes)
+    if ctl.panel_due(0):
+        measured, panel_metrics = ctl.measure_panel(0)
+        row.update(panel_metrics)
+        row.update(ctl.check_collapse(0, measured).metrics())
+        if cfg.monitor.on_collapse == "rollback":  # the warm start: a rollback target
+            state.controller = ctl.state_dict()
+            ctl.save(0, state)
+    logger.log(0, row)
+    return state
+
+
+def _count_skips(cfg: Config, state: RunState, step: int, result: StepResult,
+                 logger: MetricsLogger) -> None:
+    """Count the step's update that applied no optimiser step (nan/inf) and the step whose filter
+    kept no group; :class:`TrainingStopped` (the step logged first) when either happened too many
+    times in a row. Adds ``filter/skipped_steps`` to the step's metrics."""
+    tr, m = cfg.trainer, result.metrics
+    if result.update is not None:  # the learner skips a mini-batch whose loss or gradient is nan/inf
+        try:
+            state.nonfinite_in_row = count_nonfinite(
+                state.nonfinite_in_row, result.update.optimizer_steps == 0,
+                tr.max_nonfinite_steps, f"step {step}", "actor/nonfinite_skipped")
+        except TrainingStopped:
+            logger.log(step, m)
+            raise
+    state.skipped_in_row = 0 if result.trained else state.skipped_in_row + 1
+    state.skipped_total += 0 if result.trained else 1
+    m["filter/skipped_steps"] = state.skipped_total
+    if state.skipped_in_row >= tr.max_skipped_steps:
+        logger.log(step, m)
+        raise TrainingStopped(
+            f"{state.skipped_in_row} consecutive steps kept no group after filtering "
+            f"(filter.strategy={cfg.filter.strategy}, filter.value={cfg.filter.value}, "
+            f"trainer.max_skipped_steps={tr.max_skipped_steps}): loosen the filter "
+            "(a higher filter.value, filter.include_zero=true) or raise rollout.group_size")
+
+
+def _evaluate(ctl: Controller, state: RunState, stopper: EarlyStop, step: int,
+              m: dict[str, float], stop_reason: str | None) -> str | None:
+    """The held-out evaluation where it is scheduled or the run stops early (a run that stops
+    early is measured where it ended), with the diagnosis; adds both to ``m``. Returns the stop
+    reason, the success floor's (``trainer.early_stop.eval_floor``) included."""
+    tr = ctl.cfg.trainer
+    scheduled = step == tr.total_steps or bool(tr.eval_every and step % tr.eval_every == 0)
+    if not (scheduled or stop_reason):
+        return stop_reason
+    ev = ctl.evaluate(step)
+    m.update(ev.metrics)
+    log.info("step %d: held-out success %.3f (%d episodes)", step, ev.success, tr.eval_episodes)
+    m.update(ctl.diagnose(ev.success))
+    if tr.eval_every and step % tr.eval_every == 0:  # the periodic ones only: an
+        ctl.record_eval(step, ev.success)  # end-of-segment one would break resume
+    state.eval_last = ev.success
+    if scheduled:
+        stop_reason = stop_reason or stopper.evaluation(ev.success)
+    return stop_reason
+
+
+def _checkpoint(ctl: Controller, state: RunState, step: int, result: StepResult,
+                pending: bool) -> bool:
+    """Write the pending checkpoint after ``step``, unless its update met a nan/inf (it then
+    waits for a clean step); whether one is still pending."""
+    if not pending:
+        return False
+    if result.update is not None and result.update.nonfinite_skipped > 0:
+        log.warning("step %d: checkpoint postponed, %d optimizer step(s) skipped for a "
+                    "non-finite loss or gradient (latest checkpoint: %s)", step,
+                    result.update.nonfinite_skipped, checkpoint.latest(ctl.run_dir))
+        return True
+    state.controller = ctl.state_dict()
+    ctl.save(step, state)
+    return False

@@ -120,8 +120,8 @@ def test_lora_reaches_vllm_and_the_probe_stops_a_silently_failed_sync(ray_sessio
         ctl.warm_start()
         assert ctl.push_weights()["sync/probe_logprob_gap"] < 1e-3
         before = ray.get(ctl.workers[0].run.remote(_top_logprobs))
-        m, trained = ctl.train_step(1)
-        assert trained and m["sync/probe_logprob_gap"] < 1e-3
+        result = ctl.train_step(1)
+        assert result.trained and result.metrics["sync/probe_logprob_gap"] < 1e-3
         after = ray.get(ctl.workers[0].run.remote(_top_logprobs))
         moved = [abs(after[1][j][t] - lp) for j, d in enumerate(before[1]) for t, lp in d.items()
                  if j < len(after[1]) and t in after[1][j]]

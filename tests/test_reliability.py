@@ -15,6 +15,7 @@ import pytest
 import ragen2.controller as controller
 from ragen2.controller import TrainingStopped, count_nonfinite
 from ragen2.learner import checkpoint
+from ragen2.run_state import CollapseCheck, Evaluation, RunState, StepResult, UpdateOutcome
 from ragen2.train import RunDirError, check_run_dir, load_config
 
 ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -82,7 +83,7 @@ def fake_controller(skipped_by_step: dict[int, int], fail: dict[int, BaseExcepti
             return {}
 
         def evaluate(self, step):
-            return {"eval/success": 0.5}
+            return Evaluation(0.5, {"eval/success": 0.5})
 
         def diagnose(self, success):
             return {}
@@ -93,15 +94,16 @@ def fake_controller(skipped_by_step: dict[int, int], fail: dict[int, BaseExcepti
         def record_eval(self, step, success):
             pass
 
-        def check_collapse(self, step, metrics):
-            return None
+        def check_collapse(self, step, measured):
+            return CollapseCheck()
 
         def train_step(self, step):
             Fake.trained.append(step)
             skipped = skipped_by_step.get(step, 0)
             self.version += 1  # a skipped update still counts as a version (same weights)
-            return {"actor/nonfinite_skipped": float(skipped),
-                    "actor/optimizer_steps": float(2 - skipped)}, True
+            return StepResult({"actor/nonfinite_skipped": float(skipped),
+                               "actor/optimizer_steps": float(2 - skipped)},
+                              UpdateOutcome(optimizer_steps=2 - skipped, nonfinite_skipped=skipped))
 
         def state_dict(self):
             return {}
@@ -163,7 +165,7 @@ def test_controller_save_turns_write_errors_into_a_clear_stop(tmp_path, monkeypa
     err = {"rank": ENOSPC, "ray": RayTaskError("save", "Traceback ...", ENOSPC).as_instanceof_cause()}
     ctl = fake_controller({}, fail={4: err[where]} if where in err else {})(_cfg(), tmp_path, "x")
     ctl.version = 2
-    ctl.save(2, {})
+    ctl.save(2, RunState())
     ctl.version = 4
     if where == "state":  # the trainer state cannot be written
         real = checkpoint.write_json_atomic
@@ -178,7 +180,7 @@ def test_controller_save_turns_write_errors_into_a_clear_stop(tmp_path, monkeypa
         monkeypatch.setattr(checkpoint.Path, "mkdir", lambda self, *a, **k: _raise(erofs))
     with pytest.raises(checkpoint.CheckpointWriteError, match=r"step 4 checkpoint .* failed: .*(No "
                                                              r"space|Read-only).*step_00000[24] is intact"):
-        ctl.save(4, {})
+        ctl.save(4, RunState())
     monkeypatch.undo()
     root = tmp_path / "checkpoints"
     assert not list(root.glob("*.tmp*")), list(root.iterdir())
@@ -190,9 +192,9 @@ def test_controller_save_turns_write_errors_into_a_clear_stop(tmp_path, monkeypa
 
 def test_an_interrupt_while_saving_removes_the_temporary_checkpoint(tmp_path):
     ctl = fake_controller({}, fail={4: KeyboardInterrupt()})(_cfg(), tmp_path, "x")
-    ctl.save(2, {})
+    ctl.save(2, RunState())
     with pytest.raises(KeyboardInterrupt):
-        ctl.save(4, {})
+        ctl.save(4, RunState())
     assert _steps(tmp_path) == ["latest.json", "step_000002"]
 
 
@@ -288,8 +290,9 @@ def test_an_early_stop_ends_the_run_with_an_evaluation_and_a_checkpoint(tmp_path
     train_step = fake.train_step
 
     def with_spread(self, step):
-        m, trained = train_step(self, step)
-        return {**m, "rollout/in_group_reward_std": spreads.get(step, 0.05)}, trained
+        result = train_step(self, step)
+        result.reward_spread = spreads.get(step, 0.05)
+        return result
 
     monkeypatch.setattr(fake, "train_step", with_spread)
     monkeypatch.setattr(controller, "Controller", fake)

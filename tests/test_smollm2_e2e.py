@@ -79,8 +79,9 @@ def test_hf_engine_with_lora_on_smollm2_moves_the_engine_and_passes_the_probe(
         assert ctl.push_weights()["sync/probe_logprob_gap"] < TOL
         before = ray.get(ctl.workers[0].run.remote(_top_logprobs))
         for step in (1, 2):
-            m, trained = ctl.train_step(step)
-            assert trained and m["sync/probe_logprob_gap"] < TOL and m["actor/logprob_gap"] < TOL
+            result = ctl.train_step(step)
+            m = result.metrics
+            assert result.trained and m["sync/probe_logprob_gap"] < TOL and m["actor/logprob_gap"] < TOL
             if step == 1:
                 after = ray.get(ctl.workers[0].run.remote(_top_logprobs))
                 moved = [abs(after[1][j][t] - lp) for j, d in enumerate(before[1])

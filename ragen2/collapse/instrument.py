@@ -40,11 +40,13 @@ why there is none).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragen2.collapse.panel import PanelMeasurement
 
 INSTRUMENTS = ("auto", "first_turn", "later_turns")
 
-#: instrument -> the metric prefix of the panel measurement the alert reads
-ALERT_PREFIX = {"first_turn": "collapse/panel/", "later_turns": "collapse/panel/turns/"}
 #: instrument -> the metric prefix the diagnosis reads its MI from
 DIAGNOSIS_PREFIX = {"first_turn": "collapse/", "later_turns": "collapse/panel/turns/"}
 
@@ -65,11 +67,13 @@ def resolve_instrument(choice: str, later_turns_available: bool) -> str:
     return choice
 
 
-def alert_inputs(instrument: str, metrics: Mapping[str, float]
-                 ) -> tuple[bool, float | None, float | None]:
-    """(measured at this step, mi_lo, mi_floor) of the alert's panel measurement in ``metrics``."""
-    p = ALERT_PREFIX[instrument]
-    return p + "n_prompts" in metrics, metrics.get(p + "mi_lo"), metrics.get(p + "mi_floor")
+def alert_measurement(instrument: str, first_turn: PanelMeasurement | None,
+                      later_turns: PanelMeasurement | None) -> PanelMeasurement | None:
+    """The panel measurement the alert and the rollback verdict read: the first-turn panel's or
+    the later-turn panel's (None: that panel did not measure)."""
+    if instrument not in ("first_turn", "later_turns"):
+        raise ValueError(f"instrument {instrument!r} is unresolved; allowed: first_turn, later_turns")
+    return first_turn if instrument == "first_turn" else later_turns
 
 
 def diagnosis_inputs(instrument: str, metrics: Mapping[str, float]) -> dict[str, float | None]:

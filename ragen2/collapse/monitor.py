@@ -34,6 +34,17 @@ RETRIEVAL_KS = (1, 2, 4, 8)
 Scorer = Callable[[list[list[int]], list[list[int]], np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+@dataclass(frozen=True)
+class MonitorMeasurement:
+    """One batch measurement of :class:`MIMonitor`."""
+
+    #: ``collapse/*`` for logging ({} when the batch had nothing measurable)
+    metrics: dict[str, float]
+    #: the sampling policy's per-token entropy (:func:`token_entropy`); None when fewer than 2
+    #: prompts had reasoning (the prompt-side measurement did not run)
+    token_entropy: float | None = None
+
+
 @dataclass
 class MonitorInputs:
     contexts: list[list[int]]  # one per prompt (group)
@@ -120,26 +131,28 @@ class MIMonitor:
     def due(self, step: int) -> bool:
         return self.every > 0 and (step == 1 or step % self.every == 0)
 
-    def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> dict[str, float]:
-        """``collapse/*`` metrics of one batch (empty when it has too few prompts with reasoning):
-        the first turn's under ``collapse/``, a turn drawn per trajectory under ``collapse/turns/``,
-        the first turn's I(A; Z | X) under ``collapse/action/`` (when some group has 2+ samples)."""
-        out = self._measure_prompts(trajs, scorer, step)
+    def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> MonitorMeasurement:
+        """One batch's measurement; its ``collapse/*`` metrics (empty when the batch has too few
+        prompts with reasoning): the first turn's under ``collapse/``, a turn drawn per trajectory
+        under ``collapse/turns/``, the first turn's I(A; Z | X) under ``collapse/action/`` (when
+        some group has 2+ samples)."""
+        out, entropy = self._measure_prompts(trajs, scorer, step)
         if self.action_mi:
             out.update(self._measure_actions(trajs, scorer, step))
-        return out
+        return MonitorMeasurement(out, entropy)
 
     def _measure_prompts(self, trajs: Sequence[Trajectory], scorer: Scorer,
-                         step: int) -> dict[str, float]:
+                         step: int) -> tuple[dict[str, float], float | None]:
         inputs = build_inputs(trajs)
         if inputs is None:
-            return {}
+            return {}, None
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         m = self._score(inputs, scorer, self.max_negatives, gen)
         out = {f"collapse/{k}": v for k, v in m.items()}
         out["collapse/mi_z_ema"] = self.mi_z_ema.update(m["mi_z"])
         out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
-        out["collapse/token_entropy"] = token_entropy(trajs)
+        entropy = token_entropy(trajs)
+        out["collapse/token_entropy"] = entropy
         if self.turn_negatives is not None:
             modes = [("trajectory", "turns")] + ([("turn", "turn_uniform")] if self.turn_uniform else [])
             for i, (mode, name) in enumerate(modes):
@@ -148,7 +161,7 @@ class MIMonitor:
                 if turns is not None:
                     m = self._score(turns, scorer, self.turn_negatives, gen)
                     out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
-        return out
+        return out, entropy
 
     def _measure_actions(self, trajs: Sequence[Trajectory], scorer: Scorer,
                          step: int) -> dict[str, float]:

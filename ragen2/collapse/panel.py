@@ -94,23 +94,51 @@ def choose_panel(envs: Sequence[tuple[str, int]], observe: Callable[[str, int], 
     return chosen
 
 
-def panel_metrics(logp: np.ndarray, owner: np.ndarray, prompt_keys: Sequence[str],
-                  bootstrap: int, permutations: int, seed: int) -> dict[str, float]:
-    """``collapse/panel/*`` (without the prefix) from the full (S, N) cross-scored matrix.
+@dataclass(frozen=True)
+class PanelMeasurement:
+    """One measurement of a panel (this one or the later-turn one): the values the collapse
+    alert and the rollback verdict decide on, and the metrics logged for it."""
 
-    ``seed`` drives the bootstrap resamples and the permutations (reproducible on resume)."""
+    #: ``collapse/panel/*`` (the later-turn panel: ``collapse/panel/turns/*``)
+    metrics: dict[str, float]
+    #: the MI's bootstrap lower bound; None when fewer than 2 prompts produced reasoning
+    mi_lo: float | None = None
+    #: the permutation floor (the null's 95th percentile); None as ``mi_lo``
+    mi_floor: float | None = None
+
+    @property
+    def healthy(self) -> bool | None:
+        """The MI interval clears the floor (None: nothing measurable)."""
+        if self.mi_lo is None or self.mi_floor is None:
+            return None
+        return self.mi_lo > self.mi_floor
+
+
+def panel_estimates(logp: np.ndarray, owner: np.ndarray, prompt_keys: Sequence[str],
+                    bootstrap: int, permutations: int, seed: int
+                    ) -> tuple[dict[str, float], float, float]:
+    """(:func:`panel_metrics`, ``mi_lo``, ``mi_floor``) of the full (S, N) cross-scored matrix."""
     scores = torch.from_numpy(np.asarray(logp, dtype=np.float64))
     own = torch.from_numpy(np.asarray(owner, dtype=np.int64))
     gen = torch.Generator().manual_seed(seed)
     point = mutual_information(scores, own, prompt_keys=list(prompt_keys), ks=RETRIEVAL_KS)
     null = permutation_null(scores, own, num_permutations=permutations, generator=gen)
     ci = bootstrap_intervals(scores, own, num_resamples=bootstrap, generator=gen)
+    mi_lo, mi_floor = ci["mi_lo"], null["mi_null_q95"]
     out = {k: float(v) for k, v in point.items()}
     out.update({k: v for k, v in ci.items() if k != "num_resamples"})
-    out["mi_null"], out["mi_floor"] = null["mi_null"], null["mi_null_q95"]
+    out["mi_null"], out["mi_floor"] = null["mi_null"], mi_floor
     out["mi_p_value"] = null["p_value"]
-    out["healthy"] = float(out["mi_lo"] > out["mi_floor"])
-    return out
+    out["healthy"] = float(mi_lo > mi_floor)
+    return out, mi_lo, mi_floor
+
+
+def panel_metrics(logp: np.ndarray, owner: np.ndarray, prompt_keys: Sequence[str],
+                  bootstrap: int, permutations: int, seed: int) -> dict[str, float]:
+    """``collapse/panel/*`` (without the prefix) from the full (S, N) cross-scored matrix.
+
+    ``seed`` drives the bootstrap resamples and the permutations (reproducible on resume)."""
+    return panel_estimates(logp, owner, prompt_keys, bootstrap, permutations, seed)[0]
 
 
 class ProbePanel:
@@ -132,22 +160,22 @@ class ProbePanel:
                 for i, p in enumerate(self.prompts) for _ in range(self.samples)]
 
     def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int
-                ) -> dict[str, float]:
-        """``collapse/panel/*`` of one measurement (``n_prompts`` 0 when fewer than 2 panel
-        prompts produced reasoning: nothing else is measurable then)."""
+                ) -> PanelMeasurement:
+        """One measurement, ``collapse/panel/*`` its metrics (``n_prompts`` 0 when fewer than 2
+        panel prompts produced reasoning: nothing else is measurable then)."""
         ok = [t for t in trajs if t.env_error is None]
         with_reasoning = sum(t.think_span is not None for t in ok)
         out = {PREFIX + "reasoning_frac": with_reasoning / max(len(trajs), 1),
                PREFIX + "token_entropy": token_entropy(ok) if ok else float("nan")}
         inputs = build_inputs(ok)
         if inputs is None:
-            return {**out, PREFIX + "n_prompts": 0.0}
+            return PanelMeasurement({**out, PREFIX + "n_prompts": 0.0})
         n = len(inputs.contexts)
         columns = np.tile(np.arange(n), (len(inputs.owner), 1))
         logp, _ = scorer(inputs.contexts, inputs.continuations, columns)
         seed = seeding.panel_bootstrap_seed(self.seed, step)
-        m = panel_metrics(logp, inputs.owner, inputs.prompt_keys, self.bootstrap,
-                          self.permutations, seed)
+        m, mi_lo, mi_floor = panel_estimates(logp, inputs.owner, inputs.prompt_keys,
+                                             self.bootstrap, self.permutations, seed)
         out.update({PREFIX + k: v for k, v in m.items()})
         actions = build_action_inputs(ok) if self.action_mi else None
         if actions is not None:
@@ -157,7 +185,7 @@ class ProbePanel:
                 generator=torch.Generator().manual_seed(seed + 1))
             a["mi_p_value"] = a.pop("p_value")
             out.update({PREFIX + "action/" + k: v for k, v in a.items() if k != "num_permutations"})
-        return out
+        return PanelMeasurement(out, mi_lo, mi_floor)
 
     def records(self, trajs: Sequence[Trajectory], step: int, eos_text: str | None = None
                 ) -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ import numpy as np
 
 from ragen2 import seeding
 from ragen2.collapse.monitor import MonitorInputs, Scorer
-from ragen2.collapse.panel import panel_metrics
+from ragen2.collapse.panel import PanelMeasurement, panel_estimates
 from ragen2.rollout.trajectory import Trajectory
 
 log = logging.getLogger("ragen2")
@@ -179,23 +179,23 @@ class TurnPanel:
         """{group id: the scripted responses} for ``RolloutWorker.rollout(prefixes=...)``."""
         return {i: list(p.prefix) for i, p in enumerate(self.prompts)}
 
-    def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> dict[str, float]:
-        """``collapse/panel/turns/*`` of one measurement (``n_prompts`` 0 when fewer than 2
-        prompts produced a turn-k reasoning)."""
+    def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> PanelMeasurement:
+        """One measurement, ``collapse/panel/turns/*`` its metrics (``n_prompts`` 0 when fewer
+        than 2 prompts produced a turn-k reasoning)."""
         inputs = build_turn_panel_inputs(trajs, self.turn, [p.observation for p in self.prompts])
         out = {PREFIX + "turn": float(self.turn),
                PREFIX + "reasoning_frac": (0.0 if inputs is None else len(inputs.owner))
                / max(len(trajs), 1)}
         if inputs is None:
-            return {**out, PREFIX + "n_prompts": 0.0}
+            return PanelMeasurement({**out, PREFIX + "n_prompts": 0.0})
         columns = np.tile(np.arange(len(inputs.contexts)), (len(inputs.owner), 1))
         logp, _ = scorer(inputs.contexts, inputs.continuations, columns)
         seed = seeding.panel_bootstrap_seed(self.seed, step) + 2  # +0, +1: the first-turn panel
-        m = panel_metrics(logp, inputs.owner, inputs.prompt_keys, self.bootstrap,
-                          self.permutations, seed)
+        m, mi_lo, mi_floor = panel_estimates(logp, inputs.owner, inputs.prompt_keys,
+                                             self.bootstrap, self.permutations, seed)
         out.update({PREFIX + k: v for k, v in m.items()})
         out[PREFIX + "reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
-        return out
+        return PanelMeasurement(out, mi_lo, mi_floor)
 
     def records(self, trajs: Sequence[Trajectory], step: int, eos_text: str | None = None
                 ) -> list[dict[str, Any]]:

@@ -18,10 +18,22 @@ import torch
 
 from ragen2.filtering.scores import GroupBatch, group_scores, reward_std
 from ragen2.filtering.select import (GROUP_SELECTORS, ZERO_EPS, filter_metrics, loss_scale,
-                                     select_groups)
+                                     mean_reward_spread, select_groups)
 from ragen2.filtering.snr import TieredSNR, prompt_rng, template_score
 
 log = logging.getLogger("ragen2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The filter's choice for one batch."""
+
+    #: the group ids kept for the update (empty: nothing to train on this step)
+    kept: set[int]
+    #: ``filter/*`` (+ ``snr/*``) and ``rollout/in_group_reward_std``, for logging
+    metrics: dict[str, float]
+    #: the batch's mean in-group reward spread σ̄ (the early stop's input); None for no episodes
+    reward_spread: float | None = None
 
 
 def pool_blocks(pool_size: int, shares: Sequence[float]) -> list[np.ndarray]:
@@ -86,13 +98,14 @@ class FilterPipeline:
 
     # ----------------------------------------------------------------- selection
     def select(self, trajs: Sequence[Any], step: int,
-               group_keys: dict[int, int] | None = None) -> tuple[set[int], dict[str, float]]:
-        """Kept group ids and ``filter/*`` (+ ``snr/*``) metrics for one batch.
+               group_keys: dict[int, int] | None = None) -> Selection:
+        """The kept group ids, the reward spread and the ``filter/*`` (+ ``snr/*``) metrics of
+        one batch.
 
         ``group_keys`` maps group id -> prompt key (tiered mode: the pool entry).
         """
         if not trajs:
-            return set(), {"filter/kept_ratio": 0.0}
+            return Selection(set(), {"filter/kept_ratio": 0.0})
         batch = GroupBatch.from_trajectories(trajs)
         groups = batch.groups
         stds = reward_std(batch)
@@ -121,7 +134,7 @@ class FilterPipeline:
             if warning and step - self._warned_at >= 25:  # repeat at most every 25 steps
                 log.warning("step %d: %s", step, warning)
                 self._warned_at = step
-        return kept, metrics
+        return Selection(kept, metrics, mean_reward_spread(stds))
 
     def sample_weights(self, trajs: Sequence[Any], group_keys: dict[int, int] | None) -> np.ndarray:
         """(N,) loss weight per kept sample (all 1 unless tiered)."""

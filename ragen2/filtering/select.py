@@ -253,6 +253,12 @@ def loss_scale(kept_fraction: float, mode: str) -> float:
     return float(LOSS_SCALES.get(mode)(f))
 
 
+def mean_reward_spread(reward_std: Tensor) -> float:
+    """The mean in-group reward spread σ̄ of (G,) reward stds; 0.0 when G = 0."""
+    std = torch.as_tensor(reward_std, dtype=torch.float64)
+    return float(std.mean()) if len(std) else 0.0
+
+
 def filter_metrics(reward_std: Tensor, scores: Tensor, kept: Tensor) -> dict[str, float]:
     """Step metrics from (G,) reward stds, (G,) scores and the kept indices; 0.0 when G = 0."""
     g = len(scores)
@@ -264,5 +270,5 @@ def filter_metrics(reward_std: Tensor, scores: Tensor, kept: Tensor) -> dict[str
         "filter/kept_ratio": len(kept) / g if g else 0.0,
         "filter/zero_std_groups": float((std <= ZERO_EPS).sum()),
         "filter/score_mean": float(sc.mean()) if g else 0.0,
-        "rollout/in_group_reward_std": float(std.mean()) if g else 0.0,
+        "rollout/in_group_reward_std": mean_reward_spread(std),
     }

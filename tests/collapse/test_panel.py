@@ -218,9 +218,9 @@ def test_a_stronger_top_p_keeps_fewer_groups():
             t.turn_rewards = [float(r)]
             trajs.append(t)
     pipe = FilterPipeline(FilterConfig(strategy="top_p", value=1.0), seed=0)
-    assert pipe.select(trajs, 1)[0] == {0, 1, 2, 3}
+    assert pipe.select(trajs, 1).kept == {0, 1, 2, 3}
     pipe.strengthen(0.5)  # top_p 0.5, zero-spread group 3 dropped
-    kept = pipe.select(trajs, 1)[0]
+    kept = pipe.select(trajs, 1).kept
     assert kept == {1, 0} or kept == {1, 2}  # σ: 0.433, 0.5, 0.433 -> half the mass: two groups
     assert 3 not in kept
 
@@ -277,16 +277,20 @@ def test_the_panel_measures_mi_with_intervals_and_writes_its_samples(tmp_path):
 
     prompts = [PanelPrompt("env", seeding.panel_seed(i), f"obs{i}") for i in range(4)]
     panel = ProbePanel(prompts, samples=2, bootstrap=50, permutations=50, seed=0)
-    m = panel.measure(_panel_trajs(), _scorer(True), step=5)
+    got = panel.measure(_panel_trajs(), _scorer(True), step=5)
+    m = got.metrics
     marginal = math.log(math.exp(-1) + 3 * math.exp(-6)) - math.log(4)
     assert m["collapse/panel/mi"] == pytest.approx(-1 - marginal)  # every sample alike
     assert m["collapse/panel/mi_lo"] == pytest.approx(-1 - marginal)  # so is every resample
     assert m["collapse/panel/healthy"] == 1.0 and m["collapse/panel/n_prompts"] == 4
+    assert got.healthy is True and got.mi_lo == m["collapse/panel/mi_lo"]
+    assert got.mi_floor == m["collapse/panel/mi_floor"]
     assert m["collapse/panel/action/mi"] == pytest.approx(0.0, abs=1e-12)  # answers ignore z
     assert m["collapse/panel/reasoning_frac"] == 1.0
-    blind = panel.measure(_panel_trajs(), _scorer(False), step=5)
+    blind_measured = panel.measure(_panel_trajs(), _scorer(False), step=5)
+    blind = blind_measured.metrics
     assert blind["collapse/panel/mi"] == pytest.approx(0.0, abs=1e-12)
-    assert blind["collapse/panel/healthy"] == 0.0
+    assert blind["collapse/panel/healthy"] == 0.0 and blind_measured.healthy is False
     path = write_records(tmp_path, 5, panel.records(_panel_trajs(), 5))
     recs = [json.loads(line) for line in path.read_text().splitlines()]
     assert path.name == "step_000005.jsonl" and len(recs) == 4
@@ -298,6 +302,8 @@ def test_a_panel_without_reasoning_reports_no_prompts():
     from tests.collapse.test_monitor import traj
 
     panel = ProbePanel([PanelPrompt("env", 1, "a"), PanelPrompt("env", 2, "b")], 2, 10, 10, 0)
-    m = panel.measure([traj(0, None, "a"), traj(1, None, "b")], _scorer(True), step=1)
+    got = panel.measure([traj(0, None, "a"), traj(1, None, "b")], _scorer(True), step=1)
+    m = got.metrics
     assert m["collapse/panel/n_prompts"] == 0.0 and m["collapse/panel/reasoning_frac"] == 0.0
     assert "collapse/panel/mi_lo" not in m
+    assert got.mi_lo is None and got.mi_floor is None and got.healthy is None

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from ragen2 import seeding
-from ragen2.collapse.instrument import (alert_inputs, diagnosis_inputs, resolve_instrument)
-from ragen2.collapse.panel import panel_metrics
+from ragen2.collapse.instrument import (alert_measurement, diagnosis_inputs,
+                                        resolve_instrument)
+from ragen2.collapse.panel import PanelMeasurement, panel_metrics
 from ragen2.collapse.panel_turns import (PREFIX, TurnPanel, TurnPanelPrompt,
                                          build_turn_panel_inputs, choose_turn_panel,
                                          script_opening)
@@ -124,7 +125,8 @@ def test_turn_panel_measure_is_panel_metrics_of_the_scored_matrix():
         calls.append((contexts, conts, columns))
         return logp, np.full(logp.shape, 2)
 
-    m = panel.measure(trajs, scorer, step=5)
+    got = panel.measure(trajs, scorer, step=5)
+    m = got.metrics
     contexts, conts, columns = calls[0]
     assert contexts == [[0, 0, 0, 0], [1, 0, 0, 0], [2, 0, 0, 0]] and conts == [[1, 2]] * 6
     assert columns.tolist() == [[0, 1, 2]] * 6
@@ -138,10 +140,13 @@ def test_turn_panel_measure_is_panel_metrics_of_the_scored_matrix():
     assert m[PREFIX + "mi"] == pytest.approx(float(np.mean(own - marg)), abs=1e-12)
     assert m[PREFIX + "mi_bound"] == pytest.approx(math.log(3))
     assert m[PREFIX + "healthy"] == float(m[PREFIX + "mi_lo"] > m[PREFIX + "mi_floor"])
+    assert (got.mi_lo, got.mi_floor) == (m[PREFIX + "mi_lo"], m[PREFIX + "mi_floor"])
+    assert got.healthy is bool(m[PREFIX + "healthy"])
     assert m[PREFIX + "turn"] == 2.0 and m[PREFIX + "reasoning_frac"] == 1.0
     assert m[PREFIX + "reasoning_tokens_mean"] == 2.0
     none = panel.measure(trajs[:2], scorer, step=5)
-    assert none[PREFIX + "n_prompts"] == 0.0 and PREFIX + "mi" not in none
+    assert none.metrics[PREFIX + "n_prompts"] == 0.0 and PREFIX + "mi" not in none.metrics
+    assert none.mi_lo is None and none.healthy is None
 
 
 def test_turn_panel_refuses_too_few_or_uneven_prompts():
@@ -171,9 +176,13 @@ def test_alert_and_diagnosis_inputs_follow_the_instrument():
          "collapse/mi_bound": 2.7, "collapse/panel/turns/mi": 0.6,
          "collapse/panel/turns/mi_null": 0.02, "collapse/panel/turns/log_n": 4.85,
          "collapse/panel/turns/mi_bound": 3.4}
-    assert alert_inputs("first_turn", m) == (True, 0.001, 0.004)
-    assert alert_inputs("later_turns", m) == (True, 0.5, 0.05)
-    assert alert_inputs("later_turns", {"collapse/panel/n_prompts": 3.0}) == (False, None, None)
+    first, later = PanelMeasurement({}, 0.001, 0.004), PanelMeasurement({}, 0.5, 0.05)
+    assert alert_measurement("first_turn", first, later) is first
+    assert alert_measurement("later_turns", first, later) is later
+    assert alert_measurement("later_turns", first, None) is None  # the later turns not measured
+    assert (first.healthy, later.healthy, PanelMeasurement({}).healthy) == (False, True, None)
+    with pytest.raises(ValueError, match="unresolved"):
+        alert_measurement("auto", first, later)
     assert diagnosis_inputs("first_turn", m) == {"mi": 0.002, "mi_null": 0.001, "log_n": 2.7,
                                                  "mi_bound": 2.7}
     assert diagnosis_inputs("later_turns", m) == {"mi": 0.6, "mi_null": 0.02, "log_n": 4.85,

@@ -26,17 +26,22 @@ def pipeline(*overrides):
 
 
 def test_no_filter_keeps_everything():
-    kept, m = pipeline().select(BATCH, step=1)
+    sel = pipeline().select(BATCH, step=1)
+    kept, m = sel.kept, sel.metrics
     assert kept == {0, 1, 2, 3} and m["filter/kept_ratio"] == 1.0
     assert m["filter/zero_std_groups"] == 1 and m["rollout/in_group_reward_std"] == pytest.approx(1.75 / 4)
+    assert sel.reward_spread == m["rollout/in_group_reward_std"]  # the early stop's input
+    empty = pipeline().select([], step=1)
+    assert empty.kept == set() and empty.reward_spread is None
 
 
 def test_top_p_keeps_the_highest_spread_groups():
     # stds sorted: g2 1.0, g0 0.5, g3 0.25, g1 0 (dropped: include_zero false); total 1.75.
     # p = 0.5 -> 0.875: g2 alone (1.0) reaches it. p = 0.9 -> 1.575: g2 + g0 = 1.5 < 1.575, + g3.
-    kept, m = pipeline("filter=top_p", "filter.value=0.5").select(BATCH, step=1)
+    sel = pipeline("filter=top_p", "filter.value=0.5").select(BATCH, step=1)
+    kept, m = sel.kept, sel.metrics
     assert kept == {2} and m["filter/kept_ratio"] == 0.25
-    kept, _ = pipeline("filter=top_p", "filter.value=0.9").select(BATCH, step=1)
+    kept = pipeline("filter=top_p", "filter.value=0.9").select(BATCH, step=1).kept
     assert kept == {0, 2, 3}
 
 
@@ -61,7 +66,7 @@ def test_tiered_history_weights_prompts_and_resume():
     batch = [traj(0, 1, "box at 3 4"), traj(0, 0, "box at 3 4"), traj(1, 1, "let me think step by step"),
              traj(1, 1, "let me think step by step"), traj(2, 2, "goal near 1 1"), traj(2, 0, "goal near 1 1"),
              traj(3, 0, "let me think step by step"), traj(3, 0.5, "let me think step by step")]
-    kept, m = p.select(batch, step=1, group_keys=group_keys)
+    m = p.select(batch, step=1, group_keys=group_keys).metrics
     assert {"snr/mean", "snr/std", "snr/frac_high", "snr/frac_low"} <= set(m)
     # SNR = signal / (signal + tau): g2 signal 1, tau 0 -> 1 (high); g1 signal 0, tau 1 -> 0 (low)
     assert p.tiered.grade(keys[2]) == "high" and p.tiered.grade(keys[1]) == "low"
