@@ -40,7 +40,7 @@ def train_help() -> str:
     documented (Hydra's own help, with the whole composed config: ``--hydra-help``, ``--cfg job``)."""
     from importlib.resources import files
 
-    from ragen2.config import CONFIG_MODULE
+    from ragen2.compose import CONFIG_MODULE
 
     root = files(CONFIG_MODULE)
     groups = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("_")

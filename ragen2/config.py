@@ -1,26 +1,23 @@
-"""The typed configuration schema and its validation.
+"""The typed configuration schema: its dataclasses and their range checks.
 
 Every config group in ``configs/`` is merged onto these dataclasses (registered in Hydra's
-ConfigStore as ``ragen2_schema``), so an unknown key or a wrong type fails while Hydra composes the
-config. Range checks live in each dataclass's ``validate``; :func:`validate_config` runs them all
-before any work starts and raises :class:`ConfigError` naming the key, the value and what is
-allowed.
+ConfigStore as ``ragen2_schema`` by :mod:`ragen2.compose`), so an unknown key or a wrong type fails
+while Hydra composes the config. Range checks live in each dataclass's ``validate`` and raise
+:class:`ConfigError` naming the key, the value and what is allowed.
+
+The schema is the ground floor of the import graph: it imports nothing of ragen2 (an
+import-linter contract in ``pyproject.toml`` holds it there). The checks that need a subsystem
+(names against the registries of engines, losses, filters, sinks, ...) or read several sections at
+once live in :mod:`ragen2.config_check`; composing the YAML with Hydra in :mod:`ragen2.compose`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
-
-from omegaconf import DictConfig, OmegaConf
-
-
-CONFIG_MODULE = "ragen2_configs"  # configs/ as installed: config.yaml and the config groups
+from typing import Any, Mapping, Optional
 
 
 class ConfigError(ValueError):
@@ -123,7 +120,8 @@ class EnvConfig:
 
 @dataclass
 class TinySpecConfig:
-    """The tiny model's architecture (the fields of ``ragen2.models.tiny.TinyModelSpec``)."""
+    """The tiny model's architecture. ``ragen2.models.tiny.TinyModelSpec`` derives from it (and
+    owns the rules: positive sizes, head divisibility, the vocabulary floor)."""
 
     hidden_size: int = 128  # width of the residual stream
     num_layers: int = 4  # decoder layers
@@ -135,18 +133,6 @@ class TinySpecConfig:
     rope_theta: float = 10000.0  # RoPE base
     tie_word_embeddings: bool = True  # output head shares the embedding
     seed: int = 0  # random initialisation seed of the weights
-
-    def to_spec(self, atomic_words: tuple[str, ...] = ()):  # noqa: ANN201  (TinyModelSpec)
-        from ragen2.models.tiny import TinyModelSpec
-
-        return TinyModelSpec(**dataclasses.asdict(self), atomic_words=atomic_words)
-
-    def validate(self, p: str) -> None:
-        try:
-            self.to_spec()  # TinyModelSpec owns the rules (positive sizes, head divisibility, ...)
-        except ValueError as e:
-            field_name = str(e).split("=", 1)[0].rpartition(".")[2]
-            raise ConfigError(f"{p}.{field_name}", getattr(self, field_name, None), str(e)) from None
 
 
 @dataclass
@@ -164,14 +150,7 @@ class ModelConfig:
     cache_dir: Optional[str] = None  # tiny-model cache; default $RAGEN2_CACHE or ~/.cache/ragen2
 
     def validate(self, p: str) -> None:
-        from ragen2.models.builtin import BUILT_IN
-
         _choice(self, p, "dtype", ("float32", "bfloat16", "float16"))  # auto: resolved before
-        if not self.path:
-            _check(self.name in BUILT_IN, f"{p}.name", self.name,
-                   f"with {p}.path null, a built-in model: {', '.join(BUILT_IN.names())} (or set "
-                   f"{p}.path to a local HF directory or hub name)")
-        self.tiny.validate(f"{p}.tiny")
 
 
 @dataclass
@@ -204,9 +183,6 @@ class EngineConfig:
     cpu_kvcache_gb: int = 1  # vLLM-CPU KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
 
     def validate(self, p: str) -> None:
-        from ragen2.engines import ENGINES
-
-        _choice(self, p, "name", ENGINES.names())
         _check(self.temperature >= 0, f"{p}.temperature", self.temperature, "must be >= 0")
         _check(self.eval_temperature is None or self.eval_temperature >= 0, f"{p}.eval_temperature",
                self.eval_temperature, "null (= engine.temperature) or >= 0")
@@ -288,12 +264,6 @@ class AlgorithmConfig:
     regulariser_gate_threshold: float = 0.0  # the threshold gate's σ_g cut
 
     def validate(self, p: str) -> None:
-        from ragen2.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
-
-        _choice(self, p, "adv_estimator", ADVANTAGE_ESTIMATORS.names())
-        _choice(self, p, "policy_loss", POLICY_LOSSES.names())
-        _choice(self, p, "loss_agg_mode", LOSS_AGG_MODES)
-        _choice(self, p, "kl_estimator", KL_ESTIMATORS)
         for n in ("gamma", "lam"):
             v = getattr(self, n)
             _check(0 <= v <= 1, f"{p}.{n}", v, "must be in [0, 1]")
@@ -313,9 +283,6 @@ class AlgorithmConfig:
                   "critic_lr", "grad_clip")
         _check(self.value_clip is None or self.value_clip > 0, f"{p}.value_clip",
                self.value_clip, "null (off) or > 0")
-        from ragen2.algos.gating import REGULARISER_GATES
-
-        _choice(self, p, "regulariser_gate", REGULARISER_GATES)
         _check(self.regulariser_gate_threshold >= 0, f"{p}.regulariser_gate_threshold",
                self.regulariser_gate_threshold, "must be >= 0")
 
@@ -342,20 +309,6 @@ class TieredSNRConfig:
 
     def validate(self, p: str) -> None:
         _choice(self, p, "weight_target", ("loss", "advantage"))
-        if not self.enabled:
-            return
-        from ragen2.filtering import TieredSNR
-
-        try:
-            TieredSNR(self.pool_size, ema=self.ema, low_threshold=self.low_threshold,
-                      high_threshold=self.high_threshold, reestimate_every=self.reestimate_every,
-                      priority_ratio=self.priority_ratio, low_weight=self.low_weight,
-                      high_weight=self.high_weight, perturb_threshold=self.perturb_threshold,
-                      perturb_temperature=self.perturb_temperature)
-        except ValueError as e:  # "TieredSNR <arg>=<value> is invalid; allowed: ..."
-            key = str(e).split(" ", 2)[1].split("=", 1)[0]
-            raise ConfigError(f"{p}.{key}", getattr(self, key, None),
-                              str(e).split("allowed: ", 1)[-1]) from None
 
 
 @dataclass
@@ -377,28 +330,8 @@ class FilterConfig:
     tiered: TieredSNRConfig = field(default_factory=TieredSNRConfig)
 
     def validate(self, p: str) -> None:
-        from ragen2.filtering import GROUP_SCORES, GROUP_SELECTORS, LOSS_SCALES
-        from ragen2.filtering.select import KEEP_MODES
-
-        _choice(self, p, "strategy", ["none", *GROUP_SELECTORS.names()])
-        _choice(self, p, "keep", KEEP_MODES)
         _check(self.epsilon >= 0, f"{p}.epsilon", self.epsilon, "must be >= 0 (0 = off)")
-        if self.strategy != "none" and self.keep == "smallest":
-            _check(GROUP_SELECTORS.get(self.strategy).has_smallest, f"{p}.keep", self.keep,
-                   f"{self.strategy} has no keep=smallest form: top_p, top_p_softmax, top_k or "
-                   "top_k_abs")
-        _choice(self, p, "metric", GROUP_SCORES.names())
-        _choice(self, p, "loss_scale", LOSS_SCALES.names())
         _check(self.temperature > 0, f"{p}.temperature", self.temperature, "must be > 0")
-        if self.strategy != "none":
-            try:
-                GROUP_SELECTORS.get(self.strategy).check_value(self.strategy, self.value)
-            except ValueError as e:
-                raise ConfigError(f"{p}.value", self.value, str(e)) from None
-            if GROUP_SELECTORS.get(self.strategy).nonnegative_scores:
-                _check(self.metric != "reward_mean", f"{p}.metric", self.metric,
-                       f"{self.strategy} needs non-negative scores: reward_std, entropy or "
-                       "response_length (or use top_k / top_p_softmax with reward_mean)")
         self.tiered.validate(f"{p}.tiered")
 
 
@@ -532,8 +465,6 @@ class TrainerConfig:
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
 
     def validate(self, p: str) -> None:
-        from ragen2.metrics import SINKS
-
         _positive(self, p, "total_steps", "eval_episodes", "max_skipped_steps", "max_nonfinite_steps",
                   "keep_checkpoints", "save_rollouts_max_mb")
         _check(self.eval_episodes <= 2**30, f"{p}.eval_episodes", self.eval_episodes,
@@ -543,8 +474,6 @@ class TrainerConfig:
         for n in ("save_every", "eval_every"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = only at the end)")
-        for s in self.loggers:
-            _check(s in SINKS, f"{p}.loggers", s, "allowed: " + ", ".join(SINKS.names()))
         self.warm_start.validate(f"{p}.warm_start")
         self.early_stop.validate(f"{p}.early_stop")
 
@@ -631,9 +560,6 @@ class SyncConfig:
         return self.probe_tolerance if self.probe_tolerance is not None else PROBE_TOLERANCE[dtype]
 
     def validate(self, p: str) -> None:
-        from ragen2.sync import WEIGHT_SYNCS
-
-        _choice(self, p, "strategy", ["auto", *WEIGHT_SYNCS.names()])
         _positive(self, p, "bucket_mb", "probe_tokens", "timeout_s")
         _check(self.probe_tolerance is None or self.probe_tolerance > 0, f"{p}.probe_tolerance",
                self.probe_tolerance, "null (by model.dtype) or > 0")
@@ -696,106 +622,28 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
 
-    def validate(self) -> None:
+    def sections(self) -> list[tuple[str, Any]]:
+        """The top-level sections (``env``, ``model``, ...) in schema order, each with its own
+        ``validate``."""
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                if hasattr(getattr(self, f.name), "validate")]
+
+    def validate_top(self) -> None:
+        """The checks of the top level: every number finite and 64-bit, ``seed``, ``recipe``."""
         _check_numbers(self)
         _check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32)")
         _check(self.recipe in RECIPES, "recipe", self.recipe,
                f"one of {', '.join(RECIPES)}: this model has no configs/recipe/<model>.yaml (add "
                "one holding `defaults: [pretrained]`, or pass recipe=pretrained)")
-        if self.recipe == "tiny":
-            from ragen2.models.builtin import random_init
 
-            _check(random_init(self.model), "recipe", self.recipe,
-                   f"the tiny recipe (behaviour-cloning warm start at lr "
-                   f"{self.trainer.warm_start.lr:g}, RL at lr {self.algorithm.lr:g}) is for the "
-                   f"random-initialised models ragen2 builds, and model "
-                   f"{self.model.path or self.model.name!r} is a pretrained checkpoint it would "
-                   "wreck in a few steps: drop recipe=tiny or pass recipe=pretrained "
-                   "(configs/recipe/pretrained.yaml)")
-        for f in dataclasses.fields(self):
-            sub = getattr(self, f.name)
-            if hasattr(sub, "validate"):
-                sub.validate(f.name)
-        if self.env.mix:
-            from ragen2.rollout.envs import allocate
+    def validate(self) -> None:
+        """Every check the schema makes on its own: the top level and each section's ranges.
 
-            mix = self.env.entries("mix")
-            counts = allocate(self.rollout.env_groups, [e.share for e in mix.values()])
-            for name, n in zip(mix, counts):
-                _check(n > 0, f"env.mix.{name}.share", mix[name].share,
-                       f"gives 0 of rollout.env_groups={self.rollout.env_groups} groups: raise "
-                       "the share or rollout.env_groups")
-        if self.filter.tiered.enabled:
-            _check(self.filter.tiered.pool_size >= self.rollout.env_groups,
-                   "filter.tiered.pool_size", self.filter.tiered.pool_size,
-                   f"at least rollout.env_groups={self.rollout.env_groups} (each step draws "
-                   "distinct prompts from the pool)")
-            if self.env.mix:  # each env draws its groups from its own block of the pool
-                from ragen2.rollout.envs import allocate
-
-                shares = [e.share for e in self.env.entries("mix").values()]
-                blocks = allocate(self.filter.tiered.pool_size, shares)
-                steps = allocate(self.rollout.env_groups, shares)
-                _check(all(b >= n for b, n in zip(blocks, steps)), "filter.tiered.pool_size",
-                       self.filter.tiered.pool_size,
-                       f"a pool whose block per env.mix entry ({blocks}, split by share) holds "
-                       f"that env's groups of a step ({steps}): raise the pool size")
-        if self.engine.name == "vllm":  # vLLM refuses a request longer than its model length
-            _check(self.rollout.max_context_tokens <= self.engine.max_model_len,
-                   "rollout.max_context_tokens", self.rollout.max_context_tokens,
-                   f"at most engine.max_model_len={self.engine.max_model_len} (a turn's prompt "
-                   "plus its generation must fit the engine): raise engine.max_model_len or "
-                   "lower rollout.max_context_tokens")
-        m = self.monitor
-        if m.on_collapse != "warn":  # the alert reads the probe panel
-            _check(m.name == "mi" and m.panel_size > 0 and m.every > 0, "monitor.on_collapse",
-                   m.on_collapse, "rollback or stop need the probe panel (monitor.name=mi, "
-                   "monitor.panel_size > 0, monitor.every > 0); warn works without it")
-            _check(self.trainer.eval_every > 0, "monitor.on_collapse", m.on_collapse,
-                   "rollback or stop need periodic held-out evaluations (trainer.eval_every > 0): "
-                   "the alert waits for one to show that success stalled")
-        if m.alert_instrument == "later_turns":
-            _check(self.rollout.max_turns > m.panel_prefix_turns, "monitor.alert_instrument",
-                   m.alert_instrument, f"later_turns measures turn {m.panel_prefix_turns + 1}, "
-                   f"past rollout.max_turns={self.rollout.max_turns}: lower "
-                   "monitor.panel_prefix_turns, or use auto / first_turn")
-        n_eps = self.rollout.env_groups * self.rollout.group_size
-        _check(self.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
-               self.algorithm.ppo_mini_batches,
-               f"at most rollout.env_groups x rollout.group_size = {n_eps}")
-        if self.cluster.device == "cpu":
-            _check(self.cluster.backend == "gloo", "cluster.backend", self.cluster.backend,
-                   "gloo on cluster.device=cpu")
-            _check(self.model.dtype != "float16", "model.dtype", self.model.dtype,
-                   "float32 or bfloat16 on cluster.device=cpu (CPUs have no fast fp16; auto picks "
-                   "bf16 where the CPU has avx512_bf16)")
-            for key, on, what in (
-                    ("engine.sleep_mode", self.engine.sleep_mode, "vLLM sleep mode"),
-                    ("learner.cpu_offload", self.learner.cpu_offload, "FSDP2 CPU offload"),
-                    ("learner.attn_implementation",
-                     self.learner.attn_implementation == "flash_attention_2", "flash-attention-2")):
-                _check(not on, key, getattr(self.engine if key.startswith("engine") else self.learner,
-                                            key.split(".")[1]),
-                       f"{what} needs cluster.device=cuda")
-            _check(self.sync.strategy != "cuda_ipc", "sync.strategy", self.sync.strategy,
-                   "auto, object_store or nccl on cluster.device=cpu (cuda_ipc shares CUDA "
-                   "buffers; nccl broadcasts over gloo there)")
-        if self.engine.sleep_mode:
-            _check(self.engine.name == "vllm", "engine.sleep_mode", True,
-                   "only the vllm engine sleeps (engine=vllm)")
-            _check(self.cluster.layout == "colocated", "engine.sleep_mode", True,
-                   "only with cluster.layout=colocated (split rollout GPUs have nothing to free)")
-
-
-@functools.cache
-def register_schema() -> None:
-    """Register :class:`Config` in Hydra's ConfigStore (``configs/config.yaml`` builds on it).
-
-    Once per process: building the structured node from the dataclasses took a fifth of every
-    :func:`ragen2.train.load_config` call (0.08 of 0.42 s profiled), and the store keeps it."""
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="ragen2_schema", node=Config)
+        The checks of names against ragen2's registries and those across sections run in
+        :func:`ragen2.config_check.check_config` (which ``ragen2.compose.to_config`` calls)."""
+        self.validate_top()
+        for name, section in self.sections():
+            section.validate(name)
 
 
 def _check_numbers(node: Any, prefix: str = "") -> None:
@@ -812,147 +660,3 @@ def _check_numbers(node: Any, prefix: str = "") -> None:
         elif f.type == "list[str]":
             for item in v:
                 _check(isinstance(item, str), key, v, "a list of strings")
-
-
-def _tidy(message: str) -> str:
-    """Hydra's or OmegaConf's message without the node details and the config search path."""
-    message = re.sub(r":\n((?:\t.*(?:\n|$))+)",
-                     lambda m: ": " + ", ".join(m.group(1).split()) + "\n", message)
-    lines = [ln.strip() for ln in message.split("Config search path:")[0].splitlines()]
-    return "\n".join(ln for ln in lines if ln.strip("^") and not ln.startswith(
-        ("full_key:", "reference_type=", "object_type=")))
-
-
-def config_error(e: Exception, overrides: Sequence[str] = ()) -> ConfigError:
-    """A Hydra or OmegaConf error (override syntax, wrong type, unknown group option, broken
-    interpolation) as a :class:`ConfigError` naming the key, in a few lines."""
-    from hydra.errors import HydraException, OverrideParseException
-    from omegaconf.errors import OmegaConfBaseException
-
-    given = {ov.lstrip("+~").partition("=")[0]: ov.partition("=")[2] for ov in overrides}
-    oc = e if isinstance(e, OmegaConfBaseException) else e.__cause__
-    detail = str(e)
-    if not isinstance(e, (HydraException, OmegaConfBaseException)):  # Hydra fails on env=[{}]
-        detail = f"not an override Hydra can apply ({type(e).__name__}: {e})"
-    if isinstance(e, OverrideParseException):
-        key, _, value = e.override.lstrip("+~").partition("=")
-        detail = e.message
-    elif isinstance(oc, OmegaConfBaseException) and oc.full_key and (
-            oc is e or detail.startswith("Error merging override")):  # a wrong type, mostly
-        key, value, detail = oc.full_key, given.get(oc.full_key, oc.value), oc.msg or str(oc)
-    else:  # a group option that does not exist, an ambiguous value, a bad + or ~ ...
-        named = [k for k in given if f"'{k}" in detail or f" {k}=" in detail]
-        named = named or (list(given) if len(given) == 1 else [])
-        key = max(named, key=len) if named else "overrides"
-        value = given.get(key, " ".join(overrides))
-    return ConfigError(key, value, _tidy(detail))
-
-
-def to_config(cfg: DictConfig | Config) -> Config:
-    """Turn a composed DictConfig into the typed :class:`Config` and run every range check."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        if not isinstance(cfg, Config):
-            _check_known_keys(OmegaConf.to_container(cfg, resolve=False), _schema_keys(Config()))
-        typed = cfg if isinstance(cfg, Config) else OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
-        raw: Any = OmegaConf.to_container(cfg, resolve=False)
-        for part in (e.full_key or "").split("."):
-            raw = raw.get(part) if isinstance(raw, dict) else None
-        raise config_error(e, [f"{e.full_key}={raw}"] if isinstance(raw, str) else []) from e
-    if not isinstance(typed, Config):
-        raise TypeError(f"expected a ragen2 Config, got {type(typed).__name__}")
-    from ragen2.cluster.auto import resolve_dtype, resolve_memory_knobs
-
-    typed = resolve_dtype(typed)  # model.dtype=auto: by this machine
-    typed.validate()
-    return resolve_memory_knobs(typed)  # null learner memory knobs: by the memory estimate
-
-
-def _schema_keys(node: Any, prefix: str = "") -> dict[str, Any]:
-    """All dotted leaf/section keys of the schema; dict-typed fields are free-form below."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(node):
-        key = f"{prefix}{f.name}"
-        val = getattr(node, f.name)
-        out[key] = val
-        if dataclasses.is_dataclass(val):
-            out.update(_schema_keys(val, key + "."))
-    return out
-
-
-def normalize_overrides(overrides: list[str]) -> list[str]:
-    """Let keys below a free-form dict field (``env.kwargs.size=5``) be added as well as changed.
-
-    Hydra refuses a new key in a typed config unless it is written ``++key=value``; entries of
-    ``env.kwargs`` are the env's own constructor arguments, so they get that prefix here.
-    """
-    dict_fields = {k for k, v in _schema_keys(Config()).items() if isinstance(v, dict)}
-    out = []
-    for ov in overrides:
-        key = ov.split("=", 1)[0]
-        if "=" in ov and not key.startswith(("+", "~")) and any(
-                key.startswith(f + ".") for f in dict_fields):
-            ov = "++" + ov
-        out.append(ov)
-    return out
-
-
-def check_override_keys(overrides: list[str]) -> None:
-    """Fail fast on command-line overrides whose key is not in the schema, with suggestions.
-
-    Hydra would refuse them too, but without naming what is allowed. Group selections (``env=x``),
-    ``hydra.*`` keys, additions (``+k=v``) and deletions (``~k``) are left to Hydra.
-    """
-    keys = _schema_keys(Config())
-    for ov in overrides:
-        if "=" not in ov or ov.startswith(("+", "~", "hydra.", "hydra/")):
-            continue
-        key = ov.split("=", 1)[0]
-        if "@" in key or "/" in key:
-            continue
-        parts = key.split(".")
-        for i in range(1, len(parts) + 1):
-            sub = ".".join(parts[:i])
-            if sub not in keys:
-                break
-            if isinstance(keys[sub], dict):  # free-form dict such as env.kwargs.size=5
-                sub = None
-                break
-        else:
-            sub = None
-        if sub is not None and sub == key and _is_config_group(key):  # experiment=ragen2_sokoban
-            value = ov.split("=", 1)[1]
-            raise ConfigError(key, value, f"unknown key: {key} is a config group that "
-                              f"config.yaml's defaults do not list; add it with a '+': "
-                              f"+{key}={value}")
-        if sub is not None:
-            raise _unknown_key(keys, sub, ov.split("=", 1)[1])
-
-
-def _is_config_group(name: str) -> bool:
-    """Whether ``configs/<name>/`` is a config group (``experiment``), ``hydra`` aside."""
-    from importlib.resources import files
-
-    return name != "hydra" and "." not in name and files(CONFIG_MODULE).joinpath(name).is_dir()
-
-
-def _unknown_key(keys: Mapping[str, Any], key: str, value: Any) -> ConfigError:
-    parent, _, leaf = key.rpartition(".")
-    siblings = sorted(k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == parent)
-    close = difflib.get_close_matches(leaf, siblings, n=1)
-    hint = f" Did you mean '{(parent + '.') if parent else ''}{close[0]}'?" if close else ""
-    where = f"'{parent}'" if parent else "the top level"
-    return ConfigError(key, value,
-                       f"unknown key.{hint} Keys allowed under {where}: {', '.join(siblings)}")
-
-
-def _check_known_keys(raw: Mapping[str, Any], keys: Mapping[str, Any], prefix: str = "") -> None:
-    """Refuse a key that composition added but the schema lacks (``+trainer.total_stepz=3``)."""
-    for name, value in raw.items():
-        key = f"{prefix}{name}"
-        if key not in keys:
-            raise _unknown_key(keys, key, value)
-        if dataclasses.is_dataclass(keys[key]) and isinstance(value, Mapping):
-            _check_known_keys(value, keys, key + ".")

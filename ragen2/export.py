@@ -59,7 +59,7 @@ def run_overrides(run_dir: Path) -> list[str]:
 
 def run_config(ckpt: Path, overrides: Sequence[str] = ()):  # noqa: ANN201  (a Config)
     """The config of the run that wrote ``ckpt``, with ``overrides`` on top."""
-    from ragen2.train import load_config
+    from ragen2.compose import load_config
 
     return load_config([*run_overrides(run_dir_of(ckpt)), *overrides])
 

@@ -96,7 +96,7 @@ def config_reference(defaults: Any = None) -> str:
     """Markdown: one table per top-level section of the schema. ``defaults``: a composed
     :class:`ragen2.config.Config` whose values are shown (default: the default job's)."""
     if defaults is None:
-        from ragen2.train import load_config
+        from ragen2.compose import load_config
 
         defaults = load_config([])
     blocks, rows = [], []

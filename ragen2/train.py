@@ -18,8 +18,9 @@ from typing import Sequence
 
 from omegaconf import OmegaConf
 
-from ragen2.config import (CONFIG_MODULE, Config, ConfigError, check_override_keys,
-                           config_error, normalize_overrides, register_schema, to_config)
+from ragen2.compose import (CONFIG_MODULE, check_override_keys, config_error, load_config,
+                            normalize_overrides, register_schema, to_config)
+from ragen2.config import Config, ConfigError
 
 MIN_FREE_BYTES = 100 * 2**20  # a run directory with less free space is refused before training
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
@@ -83,27 +84,6 @@ def check_run_dir(run_dir: str | Path, min_free: int = MIN_FREE_BYTES) -> None:
         raise RunDirError(f"run directory {path} has only {free / 2**20:.1f} MiB free (at least "
                           f"{min_free / 2**20:.0f} MiB needed for logs and checkpoints): free "
                           "space or choose another with hydra.run.dir=<dir>")
-
-
-def load_config(overrides: Sequence[str] = (), config_name: str = "config") -> Config:
-    """Compose ``configs/config.yaml`` with overrides and validate it (for tests and notebooks).
-
-    Every bad override (unknown key, wrong type, bad syntax, out of range) raises
-    :class:`ConfigError`.
-    """
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    check_override_keys(list(overrides))
-    register_schema()
-    overrides = normalize_overrides(list(overrides))
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        try:
-            cfg = compose(config_name=config_name, overrides=overrides)
-        except (HydraException, OmegaConfBaseException, ValueError, TypeError) as e:
-            raise config_error(e, overrides) from e  # ValueError, TypeError: env=null, env=[{}]
-        return to_config(cfg)
 
 
 def resolve_model_path(cfg: Config) -> str:

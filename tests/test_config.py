@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from ragen2.config import ConfigError, check_override_keys
+from ragen2.compose import check_override_keys
+from ragen2.config import ConfigError
 from ragen2.train import load_config
 
 

@@ -52,7 +52,7 @@ def test_submitit_launcher_composes_into_an_sbatch_script(tmp_path, monkeypatch)
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from ragen2.config import register_schema
+    from ragen2.compose import register_schema
 
     register_schema()
     with initialize_config_module(config_module="ragen2_configs", version_base="1.3"):

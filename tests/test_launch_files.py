@@ -334,7 +334,7 @@ def test_rayjob_shape():
 
 
 def test_rayjob_entrypoint_keys_and_presets_exist():
-    from ragen2.config import check_override_keys
+    from ragen2.compose import check_override_keys
 
     overrides = rayjob()["spec"]["entrypoint"].split()[1:]
     check_override_keys([o for o in overrides if not o.startswith(("hydra.", "+"))])

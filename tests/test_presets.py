@@ -15,6 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from ragen2.config import Config, ConfigError
+from ragen2.models.tiny import TinyModelSpec
 from ragen2.train import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -33,7 +34,7 @@ def compose_with_hydra(overrides: list[str]):
     """The composed DictConfig including its ``hydra`` node (sweeper params, job settings)."""
     from hydra import compose, initialize_config_module
 
-    from ragen2.config import normalize_overrides, register_schema
+    from ragen2.compose import normalize_overrides, register_schema
     from ragen2.train import CONFIG_MODULE
 
     register_schema()
@@ -255,7 +256,7 @@ QWEN2_05B_PARAMS = 494_032_768
 def test_qwen2_half_billion_random_spec():
     c = load_config(["model=qwen2_0.5b_random", "cluster=gpu_1"])
     assert (c.model.name, c.model.path, c.model.dtype) == ("tiny", None, "bfloat16")
-    s = c.model.tiny.to_spec()
+    s = TinyModelSpec.from_config(c.model.tiny)
     assert (s.hidden_size, s.num_layers, s.num_heads, s.num_kv_heads) == (896, 24, 14, 2)
     assert (s.intermediate_size, s.max_position_embeddings) == (4864, 32768)
     assert s.tie_word_embeddings and s.rope_theta == 1e6

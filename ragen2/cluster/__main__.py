@@ -20,7 +20,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     import sys
 
     from ragen2.config import ConfigError
-    from ragen2.train import load_config
+    from ragen2.compose import load_config
 
     ap = argparse.ArgumentParser(prog="python -m ragen2.cluster", description=main.__doc__)
     ap.add_argument("--gpu-gib", type=float, default=H100_80GB / GiB,

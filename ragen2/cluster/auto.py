@@ -1,6 +1,6 @@
 """Config values chosen by the machine: ``model.dtype=auto`` and the learner's null memory knobs.
 
-:func:`ragen2.config.to_config` calls :func:`resolve_dtype` before its checks and
+:func:`ragen2.compose.to_config` calls :func:`resolve_dtype` before its checks and
 :func:`resolve_memory_knobs` after them, so a typed config never holds ``auto`` or ``null`` there
 and everything downstream (learner, engines, probe tolerance, the estimates) reads concrete values:
 

@@ -31,13 +31,13 @@ def random_init(model: "ModelConfig") -> bool:
 @BUILT_IN.register("tiny")
 def tiny(cfg: "Config") -> str:
     """The tiny model for the configured envs (training and evaluation: one vocabulary)."""
-    from ragen2.models.tiny import ensure_tiny_model
+    from ragen2.models.tiny import TinyModelSpec, ensure_tiny_model
     from ragen2.rollout.corpus import env_action_words, env_corpus
     from ragen2.rollout.envs import all_entries
 
     entries = all_entries(cfg.env)
     words = tuple(dict.fromkeys(w for e in entries for w in env_action_words(e.id, e.kwargs)))
-    spec = cfg.model.tiny.to_spec(words)
+    spec = TinyModelSpec.from_config(cfg.model.tiny, words)
     path = ensure_tiny_model(spec, lambda: [t for e in entries for t in env_corpus(e.id, e.kwargs)],
                              cfg.model.cache_dir)
     return str(path)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from ragen2.config import TinySpecConfig
 from ragen2.models.cache import ensure_built
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,19 +62,12 @@ _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokeni
 
 
 @dataclass
-class TinyModelSpec:
-    """Architecture of the tiny Qwen2 model. ``vocab_size`` is an upper bound on ``len(tokenizer)``."""
+class TinyModelSpec(TinySpecConfig):
+    """Architecture of the tiny Qwen2 model. ``vocab_size`` is an upper bound on ``len(tokenizer)``.
 
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 512
-    vocab_size: int = 1024
-    max_position_embeddings: int = 2048
-    rope_theta: float = 10000.0
-    tie_word_embeddings: bool = True
-    seed: int = 0
+    The architecture's fields are the config schema's (:class:`ragen2.config.TinySpecConfig`,
+    ``model.tiny``); the spec adds the atomic words and owns the rules every field must meet."""
+
     #: words kept as single tokens wherever they stand as a word (e.g. the env's action words), so
     #: " Down" in reasoning and "Down" in an answer share one id: a tiny model learns to copy
     #: identical tokens far faster than to map one token onto another.
@@ -135,6 +129,12 @@ class TinyModelSpec:
                 f"num_kv_heads={self.num_kv_heads}"
             )
         self.rope_theta = float(self.rope_theta)
+
+    @classmethod
+    def from_config(cls, tiny: TinySpecConfig, atomic_words: tuple[str, ...] = ()) -> "TinyModelSpec":
+        """The spec of the configured architecture (``model.tiny``), with the env's action words."""
+        return cls(**{f.name: getattr(tiny, f.name) for f in dataclasses.fields(TinySpecConfig)},
+                   atomic_words=atomic_words)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
