@@ -20,7 +20,6 @@ import math
 import statistics
 import sys
 import warnings
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from ragen2.collapse import (
     plugin_permutation_floor,
     reasoning_signatures,
 )
+from ragen2.groups import group_std
 
 __all__ = ["analyze_run", "diagnosis_inputs", "main", "plugin_step", "summary_text"]
 
@@ -58,10 +58,10 @@ def _clusters(texts: list[str | None], ngram: int, threshold: float) -> list[int
 
 
 def _reward_spread(episodes: list[dict[str, Any]]) -> float:
-    groups: dict[Any, list[float]] = defaultdict(list)
-    for ep in episodes:
-        groups[json.dumps(ep["group_id"])].append(float(ep["reward"]))
-    return statistics.fmean(statistics.pstdev(r) for r in groups.values())
+    """Mean over groups of σ_g (:func:`ragen2.groups.group_std`, as the run's step metrics)."""
+    stds = group_std([float(ep["reward"]) for ep in episodes],
+                     [json.dumps(ep["group_id"]) for ep in episodes])
+    return statistics.fmean(stds.tolist())
 
 
 def _share(episodes: list[dict[str, Any]], key: str) -> float | None:
