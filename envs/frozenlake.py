@@ -27,29 +27,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from .checks import (
-    check_render_mode,
-    grid_text_spaces,
-    invalid_action_note,
-    is_bool,
-    is_int,
-    is_real,
-)
-from .grid import ACTION_NAMES, PERPENDICULAR, bfs_path, move, parse_action, render_rows
+from .checks import check_render_mode, is_bool, is_int, is_real
+from .grid import PERPENDICULAR, bfs_path, move, render_rows
+from .grid_env import GridTextEnv
 
 __all__ = ["FrozenLakeTextEnv"]
 
-# Characters that may appear in an observation (board, status line, echoed invalid action).
-_MAX_ECHO = 30  # longest invalid action echoed back verbatim
 _MAX_ATTEMPTS = 200  # random maps tried before carving a path (see _generate_map)
 
 SYM_PLAYER, SYM_GOAL, SYM_HOLE, SYM_ICE, SYM_PLAYER_IN_HOLE = "P", "G", "O", "_", "X"
 
 
-class FrozenLakeTextEnv(gym.Env):
+class FrozenLakeTextEnv(GridTextEnv):
     """FrozenLake with text observations and one-word text actions.
 
     Args:
@@ -64,10 +55,6 @@ class FrozenLakeTextEnv(gym.Env):
             the top-left cell and the goal the bottom-right cell.
         render_mode: None or ``"ansi"`` (``render()`` then returns the observation text).
     """
-
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
-    #: every action word the env accepts (used e.g. to make warm-start demonstrations imperfect)
-    valid_actions: tuple[str, ...] = ACTION_NAMES
 
     def __init__(
         self,
@@ -95,15 +82,11 @@ class FrozenLakeTextEnv(gym.Env):
             )
         check_render_mode(render_mode, self.metadata["render_modes"])
 
-        self.size = int(size)
+        super().__init__(size, max_steps, render_mode)
         self.hole_prob = float(hole_prob)
         self.is_slippery = bool(is_slippery)
         self.slip_prob = float(slip_prob)
-        self.max_steps = int(max_steps)
         self.random_start_goal = bool(random_start_goal)
-        self.render_mode = render_mode
-
-        self.observation_space, self.action_space = grid_text_spaces(self.size)
 
         self.instructions: str = self._make_instructions()
 
@@ -111,11 +94,6 @@ class FrozenLakeTextEnv(gym.Env):
         self._holes: np.ndarray | None = None  # bool (n, n), True where a hole is
         self._start: tuple[int, int] | None = None
         self._goal: tuple[int, int] | None = None
-        self._player: tuple[int, int] | None = None
-        self._steps = 0
-        self._terminated = False
-        self._truncated = False
-        self._success = False
         self._in_hole = False
 
     # ------------------------------------------------------------------ text
@@ -153,9 +131,6 @@ class FrozenLakeTextEnv(gym.Env):
         gr, gc = self._goal  # type: ignore[misc]
         return f"{where} The goal is at row {gr + 1}, column {gc + 1}."
 
-    def _observation(self) -> str:
-        return f"{self._board_text()}\n{self._status_text()}"
-
     # ------------------------------------------------------------------ map
     def _generate_map(self) -> tuple[np.ndarray, tuple[int, int], tuple[int, int]]:
         """Random holes, distinct start/goal that are not holes, retried until BFS finds a path.
@@ -191,43 +166,20 @@ class FrozenLakeTextEnv(gym.Env):
             holes[r, c] = False
         return holes, start, goal
 
-    # ------------------------------------------------------------------ gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
+    # ------------------------------------------------------------------ episode
+    def _new_episode(self, options: dict[str, Any] | None) -> None:
         self._holes, self._start, self._goal = self._generate_map()
         self._player = self._start
-        self._steps = 0
-        self._terminated = False
-        self._truncated = False
-        self._success = False
         self._in_hole = False
-        info = {"instructions": self.instructions, "success": False, "action_is_valid": True}
-        return self._observation(), info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._player is None:
-            raise RuntimeError("FrozenLakeTextEnv.step() called before reset()")
-        name = parse_action(action)
-        valid = name is not None
-
-        if self._terminated or self._truncated:
-            # Episode already over: no-op, same flags, zero reward.
-            obs = self._observation()
-            if not valid:
-                obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
-            info = self._info(valid, None)
-            return obs, 0.0, self._terminated, self._truncated, info
-
-        self._steps += 1
+    def _advance(self, name: str | None) -> tuple[float, str | None]:
         reward = 0.0
         effective = None
-        if valid:
+        if name is not None:
             effective = name
             if self.is_slippery and self.slip_prob > 0 and self.np_random.random() < self.slip_prob:
                 effective = PERPENDICULAR[name][int(self.np_random.integers(2))]
-            self._player = move(self._player, effective, self.size, self.size)
+            self._player = move(self._player, effective, self.size, self.size)  # type: ignore[arg-type]
             if self._player == self._goal:
                 self._terminated = True
                 self._success = True
@@ -235,13 +187,7 @@ class FrozenLakeTextEnv(gym.Env):
             elif self._holes[self._player]:  # type: ignore[index]
                 self._terminated = True
                 self._in_hole = True
-        if not self._terminated and self._steps >= self.max_steps:
-            self._truncated = True
-
-        obs = self._observation()
-        if not valid:
-            obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
-        return obs, reward, self._terminated, self._truncated, self._info(valid, effective)
+        return reward, effective
 
     def _info(self, valid: bool, effective: str | None) -> dict[str, Any]:
         return {
@@ -251,11 +197,6 @@ class FrozenLakeTextEnv(gym.Env):
             "steps": self._steps,
         }
 
-    def render(self) -> str | None:
-        if self.render_mode == "ansi" and self._player is not None:
-            return self._observation()
-        return None
-
     # ------------------------------------------------------------------ expert hook
     def demonstration(self) -> tuple[str, str]:
         """(reasoning, action) for the current state; the action is the first BFS shortest-path move.
@@ -263,10 +204,7 @@ class FrozenLakeTextEnv(gym.Env):
         Ties between shortest paths are broken in the order Left, Down, Right, Up (see
         :func:`ragen2_envs.grid.bfs_path`).
         """
-        if self._player is None:
-            raise RuntimeError("demonstration() called before reset()")
-        if self._terminated or self._truncated:
-            raise RuntimeError("demonstration() called after the episode ended")
+        self._check_demonstrable()
         path = bfs_path(self._holes, self._player, self._goal, passable=_not_hole)  # type: ignore[arg-type]
         if not path:  # unreachable: maps are solvable and the player only stands on safe cells
             raise RuntimeError("no path to the goal from the current state")
@@ -280,11 +218,6 @@ class FrozenLakeTextEnv(gym.Env):
         return reasoning, action
 
     # ------------------------------------------------------------------ read-only state
-    @property
-    def player_pos(self) -> tuple[int, int] | None:
-        """0-based (row, col) of the player, None before reset."""
-        return self._player
-
     @property
     def goal_pos(self) -> tuple[int, int] | None:
         """0-based (row, col) of the goal, None before reset."""

@@ -1,4 +1,4 @@
-"""Shared helpers for text gridworlds (FrozenLake now, Sokoban later).
+"""Shared helpers for text gridworlds (FrozenLake, Sokoban; their gym base is ``grid_env``).
 
 Pure functions on plain Python data, no gymnasium. Conventions:
 

@@ -34,22 +34,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Iterable, Sequence
 
-import gymnasium as gym
 import numpy as np
 
-from .checks import (
-    check_render_mode,
-    grid_text_spaces,
-    invalid_action_note,
-    is_int,
-)
-from .grid import ACTION_NAMES, DIRECTIONS, neighbor, parse_action, render_rows
+from .checks import check_render_mode, is_int
+from .grid import ACTION_NAMES, DIRECTIONS, Pos, neighbor, render_rows
+from .grid_env import GridTextEnv
 
 __all__ = ["SokobanTextEnv", "solve_sokoban"]
 
-Pos = tuple[int, int]
-
-_MAX_ECHO = 30
 _MAX_ATTEMPTS = 1000  # generated levels tried before giving up (see _generate_level)
 
 SYM_WALL, SYM_FLOOR, SYM_PLAYER, SYM_BOX, SYM_TARGET = "#", "_", "P", "B", "T"
@@ -118,7 +110,7 @@ def solve_sokoban(
     return None
 
 
-class SokobanTextEnv(gym.Env):
+class SokobanTextEnv(GridTextEnv):
     """Sokoban with text observations and one-word text actions.
 
     Args:
@@ -128,10 +120,6 @@ class SokobanTextEnv(gym.Env):
         max_steps: the episode is truncated once this many ``step`` calls (valid or not) were made.
         render_mode: None or ``"ansi"`` (``render()`` then returns the observation text).
     """
-
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
-    #: every action word the env accepts
-    valid_actions: tuple[str, ...] = ACTION_NAMES
 
     def __init__(
         self,
@@ -151,13 +139,9 @@ class SokobanTextEnv(gym.Env):
             raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
         check_render_mode(render_mode, self.metadata["render_modes"])
 
-        self.size = int(size)
+        super().__init__(size, max_steps, render_mode)
         self.num_boxes = int(num_boxes)
         self.reverse_steps = int(reverse_steps)
-        self.max_steps = int(max_steps)
-        self.render_mode = render_mode
-
-        self.observation_space, self.action_space = grid_text_spaces(self.size)
         self.instructions: str = (
             "A Sokoban room: # is a wall, _ is floor, P is you, B is a box, T is a target, "
             "* is a box on a target, + is you on a target. "
@@ -172,11 +156,6 @@ class SokobanTextEnv(gym.Env):
         self._walls: np.ndarray | None = None  # bool (rows, cols)
         self._targets: frozenset[Pos] = frozenset()
         self._boxes: set[Pos] = set()
-        self._player: Pos | None = None
-        self._steps = 0
-        self._terminated = False
-        self._truncated = False
-        self._success = False
 
     # ------------------------------------------------------------------ text
     def _board_text(self) -> str:
@@ -203,9 +182,6 @@ class SokobanTextEnv(gym.Env):
             f"You are at row {pr + 1}, column {pc + 1}. "
             f"Boxes on targets: {self._on_targets()} of {len(self._boxes)}."
         )
-
-    def _observation(self) -> str:
-        return f"{self._board_text()}\n{self._status_text()}"
 
     # ------------------------------------------------------------------ levels
     def _generate_level(self) -> tuple[np.ndarray, frozenset[Pos], set[Pos], Pos]:
@@ -290,53 +266,26 @@ class SokobanTextEnv(gym.Env):
             raise ValueError("options['level'] must have at least one box off target")
         return walls, frozenset(targets), boxes, players[0]
 
-    # ------------------------------------------------------------------ gym API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
+    # ------------------------------------------------------------------ episode
+    def _new_episode(self, options: dict[str, Any] | None) -> None:
         if options and options.get("level") is not None:
             level = self._parse_level(options["level"])
         else:
             level = self._generate_level()
         self._walls, self._targets, self._boxes, self._player = level
-        self._steps = 0
-        self._terminated = False
-        self._truncated = False
-        self._success = False
-        info = {"instructions": self.instructions, "success": False, "action_is_valid": True}
-        return self._observation(), info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._player is None:
-            raise RuntimeError("SokobanTextEnv.step() called before reset()")
-        name = parse_action(action)
-        valid = name is not None
-
-        if self._terminated or self._truncated:
-            obs = self._observation()
-            if not valid:
-                obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
-            return obs, 0.0, self._terminated, self._truncated, self._info(valid)
-
-        self._steps += 1
+    def _advance(self, name: str | None) -> tuple[float, None]:
         reward = STEP_REWARD
-        if valid:
+        if name is not None:
             before = self._on_targets()
-            self._apply_move(name)  # type: ignore[arg-type]
+            self._apply_move(name)
             after = self._on_targets()
             reward += BOX_ON_TARGET_REWARD * (after - before)
             if self._boxes <= self._targets:
                 self._terminated = True
                 self._success = True
                 reward += SOLVED_REWARD
-        if not self._terminated and self._steps >= self.max_steps:
-            self._truncated = True
-
-        obs = self._observation()
-        if not valid:
-            obs = f"{invalid_action_note(action, ACTION_NAMES, _MAX_ECHO)}\n{obs}"
-        return obs, float(reward), self._terminated, self._truncated, self._info(valid)
+        return reward, None
 
     def _apply_move(self, action: str) -> None:
         walls = self._walls
@@ -352,18 +301,13 @@ class SokobanTextEnv(gym.Env):
             self._boxes.add(dest)
         self._player = nxt
 
-    def _info(self, valid: bool) -> dict[str, Any]:
+    def _info(self, valid: bool, detail: None = None) -> dict[str, Any]:
         return {
             "success": bool(self._success),
             "action_is_valid": bool(valid),
             "steps": self._steps,
             "boxes_on_targets": self._on_targets(),
         }
-
-    def render(self) -> str | None:
-        if self.render_mode == "ansi" and self._player is not None:
-            return self._observation()
-        return None
 
     # ------------------------------------------------------------------ solver / expert hook
     def solve(self, max_states: int = 200_000) -> list[str] | None:
@@ -374,10 +318,7 @@ class SokobanTextEnv(gym.Env):
 
     def demonstration(self) -> tuple[str, str]:
         """(reasoning, action) for the current state: the solver's first move, or ``Left`` in a dead state."""
-        if self._player is None:
-            raise RuntimeError("demonstration() called before reset()")
-        if self._terminated or self._truncated:
-            raise RuntimeError("demonstration() called after the episode ended")
+        self._check_demonstrable()
         where = f"I am at row {self._player[0] + 1}, column {self._player[1] + 1}. " \
             f"Boxes on targets: {self._on_targets()} of {len(self._boxes)}."
         plan = self.solve()
@@ -387,11 +328,6 @@ class SokobanTextEnv(gym.Env):
         return f"{where} No plan is left from here.", ACTION_NAMES[0]
 
     # ------------------------------------------------------------------ read-only state
-    @property
-    def player_pos(self) -> Pos | None:
-        """0-based (row, col) of the player, None before reset."""
-        return self._player
-
     @property
     def boxes(self) -> frozenset[Pos]:
         """0-based (row, col) positions of the boxes."""

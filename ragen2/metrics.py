@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from ragen2.atomic import write_text
 from ragen2.registry import Registry
 
 
@@ -51,9 +51,7 @@ class JsonlSink:
         if resume_step is not None and self.path.exists():
             keep = [ln for ln in self.path.read_text().splitlines()
                     if (row := _row(ln)) is not None and row.get("step", 0) <= resume_step]
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
-            os.replace(tmp, self.path)
+            write_text(self.path, "".join(ln + "\n" for ln in keep))
         self.f = open(self.path, "a")
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -129,9 +127,7 @@ def wandb_run_id(run_dir: Path, resuming: bool) -> str:
     if resuming and path.is_file() and (run_id := path.read_text().strip()):
         return run_id
     run_id = uuid.uuid4().hex
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(run_id + "\n")
-    os.replace(tmp, path)
+    write_text(path, run_id + "\n")
     return run_id
 
 

@@ -20,10 +20,10 @@ import math
 import statistics
 import sys
 import warnings
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ragen2.analysis.command import Command, positive_int
 from ragen2.analysis.rollouts import (
     load_hydra_config,
     load_metrics,
@@ -37,10 +37,12 @@ from ragen2.collapse import (
     plugin_permutation_floor,
     reasoning_signatures,
 )
+from ragen2.groups import group_std
 
 __all__ = ["analyze_run", "diagnosis_inputs", "main", "plugin_step", "summary_text"]
 
 PROG = "ragen2-analyze"
+CMD = Command(PROG)
 EMPTY_CLUSTER = "empty"  # cluster id of episodes whose reasoning is null
 TRAIN_WINDOW = 5  # train success = mean rollout/success over this many last steps
 ENTROPY_KEYS = ("actor/entropy", "collapse/token_entropy")
@@ -58,10 +60,10 @@ def _clusters(texts: list[str | None], ngram: int, threshold: float) -> list[int
 
 
 def _reward_spread(episodes: list[dict[str, Any]]) -> float:
-    groups: dict[Any, list[float]] = defaultdict(list)
-    for ep in episodes:
-        groups[json.dumps(ep["group_id"])].append(float(ep["reward"]))
-    return statistics.fmean(statistics.pstdev(r) for r in groups.values())
+    """Mean over groups of σ_g (:func:`ragen2.groups.group_std`, as the run's step metrics)."""
+    stds = group_std([float(ep["reward"]) for ep in episodes],
+                     [json.dumps(ep["group_id"]) for ep in episodes])
+    return statistics.fmean(stds.tolist())
 
 
 def _share(episodes: list[dict[str, Any]], key: str) -> float | None:
@@ -299,16 +301,6 @@ def summary_text(result: dict[str, Any], metrics: dict[int, dict[str, Any]]) -> 
 
 
 # ----------------------------------------------------------------------------- CLI
-def _int_at_least_1(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
-
-
 def _jaccard_level(text: str) -> float:
     try:
         v = float(text)
@@ -324,18 +316,13 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG, description="Offline template-collapse analysis of one ragen2 run directory.")
     p.add_argument("run_dir", type=Path, help="the run directory (has metrics.jsonl, rollouts/)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default RUN_DIR/analysis)")
-    p.add_argument("--ngram", type=_int_at_least_1, default=3,
+    p.add_argument("--ngram", type=positive_int, default=3,
                    help="word n-gram length of the reasoning clustering (default 3)")
     p.add_argument("--threshold", type=_jaccard_level, default=0.5,
                    help="Jaccard level in (0, 1] that merges two reasoning texts (default 0.5)")
-    p.add_argument("--permutations", type=_int_at_least_1, default=50,
+    p.add_argument("--permutations", type=positive_int, default=50,
                    help="shuffles of the plug-in MI permutation floor (default 50)")
     return p
-
-
-def _fail(message: str):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,15 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     from ragen2.analysis.plots import write_plots  # matplotlib only when it is needed
 
     out = args.out if args.out is not None else args.run_dir / "analysis"
-    try:
+    with CMD.bad_input_exits_2():
         result, metrics = analyze_run(args.run_dir, ngram=args.ngram, threshold=args.threshold,
                                       permutations=args.permutations)
         out.mkdir(parents=True, exist_ok=True)
         written, skipped = write_plots(metrics, result["steps"], out)
         result["plots"], result["skipped_plots"] = written, skipped
         (out / "analysis.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
-    except (OSError, ValueError) as e:
-        _fail(str(e))
     print(summary_text(result, metrics))
     print(f"\nwrote {out / 'analysis.json'} and {len(written)} plot(s) in {out}")
     return 0

@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ragen2.analysis.command import Command, positive_int
 from ragen2.analysis.report_run import is_run_dir, run_report
 from ragen2.analysis.report_sweep import sweep_report
 from ragen2.analysis.sweep_report import find_jobs
@@ -23,16 +24,7 @@ from ragen2.analysis.sweep_report import find_jobs
 __all__ = ["main"]
 
 PROG = "ragen2-report"
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+CMD = Command(PROG)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,39 +37,32 @@ def _parser() -> argparse.ArgumentParser:
                         "but seed)")
     p.add_argument("--no-job-reports", action="store_true",
                    help="sweep: do not write each job's own report.html")
-    p.add_argument("--ngram", type=_positive, default=3, help="n of the template n-grams (default 3)")
-    p.add_argument("--prompts", type=_positive, default=8, help="prompts shown (default 8)")
-    p.add_argument("--samples", type=_positive, default=3, help="samples per prompt (default 3)")
+    p.add_argument("--ngram", type=positive_int, default=3, help="n of the template n-grams (default 3)")
+    p.add_argument("--prompts", type=positive_int, default=8, help="prompts shown (default 8)")
+    p.add_argument("--samples", type=positive_int, default=3, help="samples per prompt (default 3)")
     return p
-
-
-def _fail(message: str):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     path = args.path
     if not path.is_dir():
-        _fail(f"{path} does not exist")
+        CMD.fail(f"{path} does not exist")
     out = args.out if args.out is not None else path / "report.html"
-    try:
+    with CMD.bad_input_exits_2():
         if is_run_dir(path):
             if args.group_by is not None:
-                _fail(f"--group-by is for a sweep folder; {path} is a run directory")
+                CMD.fail(f"--group-by is for a sweep folder; {path} is a run directory")
             text = run_report(path, ngram=args.ngram, prompts=args.prompts, samples=args.samples)
         elif jobs := find_jobs(path):
             text = sweep_report(path, jobs, out, group_by=args.group_by,
                                 job_reports=not args.no_job_reports, ngram=args.ngram,
                                 prompts=args.prompts, samples=args.samples)
         else:
-            _fail(f"{path} is neither a run directory (metrics.jsonl, rollouts/ or panel/) nor a "
-                  "sweep (subdirectories with metrics.jsonl or .hydra/overrides.yaml)")
+            CMD.fail(f"{path} is neither a run directory (metrics.jsonl, rollouts/ or panel/) nor a "
+                     "sweep (subdirectories with metrics.jsonl or .hydra/overrides.yaml)")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
-    except (OSError, ValueError) as e:
-        _fail(str(e))
     print(f"wrote {out}")
     return 0
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from ragen2.analysis import arms as arms_mod
 from ragen2.analysis import study
+from ragen2.analysis.command import Command
 from ragen2.analysis.rollouts import (
     load_metrics,
     load_overrides,
@@ -51,6 +52,7 @@ __all__ = ["COLUMNS", "arms_markdown", "correlations_markdown", "find_jobs", "jo
            "markdown_table", "write_chart"]
 
 PROG = "ragen2-sweep-report"
+CMD = Command(PROG)
 _JOB_NUM = re.compile(r"^(\d+)(?:_|$)")
 # (column title, row key, decimals; None = integer / text)
 COLUMNS = (("job", "job", None), ("overrides", "overrides_text", None),
@@ -218,37 +220,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(message: str):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     sweep = args.sweep_dir
     if not sweep.is_dir():
-        _fail(f"sweep directory {sweep} does not exist")
+        CMD.fail(f"sweep directory {sweep} does not exist")
     jobs = find_jobs(sweep)
     if not jobs:
-        _fail(f"{sweep} has no job directories (directories below it with metrics.jsonl or "
-              ".hydra/overrides.yaml)")
+        CMD.fail(f"{sweep} has no job directories (directories below it with metrics.jsonl or "
+                 ".hydra/overrides.yaml)")
     rows = [job_row(j, sweep) for j in jobs]
     for r in rows:
         for err in r["errors"]:
-            print(f"{PROG}: warning: job {r['job']}: {err}", file=sys.stderr)
+            CMD.warn(f"job {r['job']}: {err}")
     table = markdown_table(rows)
     doc: dict[str, Any] = {"sweep_dir": str(sweep), "jobs": rows}
     text = table
     if args.group_by is not None:
-        try:
+        with CMD.bad_input_exits_2():
             group_by = arms_mod.parse_group_by(args.group_by)
             runs = arms_mod.group_jobs(rows, group_by)
-        except ValueError as e:
-            _fail(str(e))
         summary = arms_mod.summarise(runs)
         for skip in summary["skipped"]:
-            print(f"{PROG}: warning: job {skip['job']} left out of the arms: {skip['reason']}",
-                  file=sys.stderr)
+            CMD.warn(f"job {skip['job']} left out of the arms: {skip['reason']}")
         n_jobs = arms_mod.jobs_per_arm(runs)
         text += (f"\n\n## Arms (grouped by {', '.join(group_by)})\n\n"
                  + arms_markdown(summary, n_jobs)
@@ -257,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         doc.update(group_by=group_by, arms=summary["arms"], correlations=summary["correlations"],
                    arm_of_job={job: arm for arm, job in runs})
     out = args.out if args.out is not None else sweep
-    try:
+    with CMD.bad_input_exits_2():
         out.mkdir(parents=True, exist_ok=True)
         (out / "sweep_report.md").write_text(f"# Sweep {sweep}\n\n{text}\n")
         (out / "sweep_report.json").write_text(
@@ -268,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
             study.write_plots(summary["metrics"], summary["correlations"], out,
                               names=("sweep_curves.png", "sweep_scatter.png"))
             extra = ", sweep_curves.png, sweep_scatter.png"
-    except (OSError, ValueError) as e:
-        _fail(str(e))
     print(text)
     print(f"\nwrote {out / 'sweep_report.md'}, sweep_report.json and sweep_report.png{extra} in {out}")
     return 0

@@ -65,6 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ragen2.collapse.mi import dense_ids
 from ragen2.rollout.trajectory import Trajectory
 
 __all__ = ["ActionInputs", "build_action_inputs", "conditional_mutual_information", "group_layout",
@@ -74,18 +75,6 @@ __all__ = ["ActionInputs", "build_action_inputs", "conditional_mutual_informatio
 # --------------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------------
-def _ids(values: Sequence[Hashable], name: str) -> Tensor:
-    """(n,) long: equal values -> equal id, ids in order of first appearance."""
-    seen: dict = {}
-    out = []
-    for i, v in enumerate(values):
-        try:
-            out.append(seen.setdefault(v, len(seen)))
-        except TypeError:
-            raise ValueError(f"{name}[{i}] = {v!r} is not hashable") from None
-    return torch.tensor(out, dtype=torch.long)
-
-
 def _group_ids(group) -> Tensor:
     if isinstance(group, Tensor):
         g = group
@@ -98,7 +87,7 @@ def _group_ids(group) -> Tensor:
         raise ValueError(f"group must hold integer group ids (torch.long), got dtype {g.dtype}")
     if g.shape[0] < 1:
         raise ValueError("group needs at least one sample")
-    return _ids(g.tolist(), "group")
+    return dense_ids(g.tolist(), "group")
 
 
 def group_layout(group) -> tuple[Tensor, Tensor, Tensor]:
@@ -204,7 +193,7 @@ def conditional_mutual_information(
         keys = list(reasoning_keys)
         if len(keys) != S:
             raise ValueError(f"reasoning_keys has {len(keys)} entries but there are {S} samples")
-        key_id = _ids(keys, "reasoning_keys")
+        key_id = dense_ids(keys, "reasoning_keys")
     else:
         key_id = torch.arange(S)
     keep = size >= 2

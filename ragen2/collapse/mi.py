@@ -110,21 +110,27 @@ def _check_eps(eps: float) -> float:
     return float(eps)
 
 
+def dense_ids(values: Sequence[Hashable], name: str, hint: str = "") -> Tensor:
+    """(len(values),) long: equal values -> equal id, ids in order of first appearance.
+
+    ``name`` and ``hint`` word the error for an unhashable value (``name[i] = v is not hashable``).
+    """
+    seen: dict = {}
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(seen.setdefault(v, len(seen)))
+        except TypeError:
+            raise ValueError(f"{name}[{i}] = {v!r} is not hashable{hint}") from None
+    return torch.tensor(out, dtype=torch.long)
+
+
 def _key_ids(prompt_keys: Sequence[Hashable], n: int | None) -> Tensor:
-    """(len(prompt_keys),) long: equal keys -> equal id, ids in order of first appearance."""
+    """:func:`dense_ids` of ``prompt_keys``, checked to name ``n`` prompts when ``n`` is given."""
     keys = list(prompt_keys)
     if n is not None and len(keys) != n:
         raise ValueError(f"prompt_keys has {len(keys)} entries but logp has {n} prompts (columns)")
-    ids: dict = {}
-    out = []
-    for j, key in enumerate(keys):
-        try:
-            out.append(ids.setdefault(key, len(ids)))
-        except TypeError:
-            raise ValueError(
-                f"prompt_keys[{j}] = {key!r} is not hashable; use e.g. the prompt text or env seed"
-            ) from None
-    return torch.tensor(out, dtype=torch.long)
+    return dense_ids(keys, "prompt_keys", "; use e.g. the prompt text or env seed")
 
 
 def _check_matched_finite(scores: Tensor, own: Tensor, name: str, where: str) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from ragen2 import seeding
+from ragen2.atomic import atomic_write
 from ragen2.collapse.action_mi import (build_action_inputs, conditional_mutual_information,
                                        score_actions)
 from ragen2.collapse.mi import bootstrap_intervals, mutual_information, permutation_null
@@ -213,9 +213,7 @@ def write_records(run_dir: Path, step: int, records: Sequence[dict[str, Any]],
     folder = Path(run_dir) / folder
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.jsonl"
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
+    with atomic_write(path, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
     return path

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ragen2.groups import group_index, group_mean, group_std
 from ragen2.registry import Registry
 
 GroupScore = Callable[["GroupBatch"], Tensor]
@@ -92,13 +93,11 @@ class GroupBatch:
 
     def _group_index(self) -> tuple[np.ndarray, np.ndarray]:
         """(inverse (N,) position of each episode's group, counts (G,))."""
-        _, inv, counts = np.unique(self.group_ids, return_inverse=True, return_counts=True)
-        return inv.reshape(-1), counts
+        return group_index(self.group_ids)
 
     def group_mean(self, values: np.ndarray) -> np.ndarray:
         """(N,) per-episode values -> (G,) per-group means."""
-        inv, counts = self._group_index()
-        return np.bincount(inv, weights=values, minlength=len(counts)) / counts
+        return group_mean(values, self.group_ids)
 
     def require(self, field: str, score: str) -> np.ndarray:
         arr = getattr(self, field)
@@ -113,11 +112,10 @@ def _as_batch(data: GroupBatch | Mapping[int, Sequence[float]]) -> GroupBatch:
 
 
 def reward_std(data: GroupBatch | Mapping[int, Sequence[float]]) -> Tensor:
-    """(G,) population std (ddof=0) of each group's returns; a single-episode group has 0."""
+    """(G,) population std (ddof=0) of each group's returns (:func:`ragen2.groups.group_std`);
+    a single-episode group has 0."""
     b = _as_batch(data)
-    inv, _ = b._group_index()
-    dev = b.returns - b.group_mean(b.returns)[inv]  # two-pass: no E[x²]-E[x]² cancellation
-    return torch.from_numpy(np.sqrt(b.group_mean(dev * dev)))
+    return torch.from_numpy(group_std(b.returns, b.group_ids))
 
 
 def reward_variance(data: GroupBatch | Mapping[int, Sequence[float]]) -> Tensor:

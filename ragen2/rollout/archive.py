@@ -9,12 +9,11 @@ the oldest are deleted once the directory exceeds its size budget. ``ragen2-anal
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 from pathlib import Path
 from typing import Collection, Sequence
 
+from ragen2.atomic import atomic_write
 from ragen2.rollout.parsing import parse_response
 from ragen2.rollout.trajectory import Trajectory
 
@@ -40,11 +39,9 @@ def save_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory],
     folder = Path(run_dir) / "rollouts"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.jsonl.gz"
-    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+    with atomic_write(path, "w", compress=True) as f:
         for t in trajs:
             f.write(json.dumps(episode_record(t, step, t.group_id in kept_groups, eos_text)) + "\n")
-    os.replace(tmp, path)
     files = sorted(folder.glob("step_*.jsonl.gz"))
     total = sum(p.stat().st_size for p in files)
     while files and total > max_mb * 2**20 and len(files) > 1:
