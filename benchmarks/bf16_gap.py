@@ -91,13 +91,14 @@ def learner_side(dtype: str, engine_json: str) -> dict:
     import numpy as np
 
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.sync.probe import compare, learner_logprobs_at, queries_of
     from ragen2.train import load_config
 
     data = json.loads(Path(engine_json).read_text())
     cfg = load_config(["model=smollm2", f"model.dtype={dtype}", "cluster.learner_world_size=1",
                        "learner.micro_batch_tokens=1024", "learner.activation_checkpointing=false"])
-    rank = LearnerRank(cfg, _model_path(), 0, 1, threads=0)
+    rank = LearnerRank(cfg, _model_path(), 0, 1, threads=0, settings=learner_settings(cfg))
     rank.setup("127.0.0.1", free_port())
     probes = []
     for p in data["probes"]:

@@ -73,6 +73,7 @@ def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out
 
     torch.set_num_threads(1)
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
     cfg = load_config(["cluster.learner_world_size=2", *overrides])
@@ -88,7 +89,7 @@ def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     LearnerRank.meta_init = meta
-    r = LearnerRank(cfg, path, rank, 2, threads=1)
+    r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
     t0 = time.perf_counter()
     r.setup("127.0.0.1", port)
     setup_s = time.perf_counter() - t0

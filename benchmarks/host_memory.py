@@ -54,9 +54,10 @@ def _cfg(dtype: str, ckpt: bool, mbt: int, ctx: int, extra: tuple[str, ...] = ()
 
 def _rank(cfg: Any) -> Any:
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.models.smollm2 import ensure_smollm2
 
-    r = LearnerRank(cfg, str(ensure_smollm2()), 0, 1, threads=0)
+    r = LearnerRank(cfg, str(ensure_smollm2()), 0, 1, threads=0, settings=learner_settings(cfg))
     r.setup("127.0.0.1", free_port())
     return r
 

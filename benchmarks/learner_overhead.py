@@ -138,11 +138,12 @@ def world1(s: dict) -> dict:
     import torch
 
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.train import load_config, resolve_model_path
 
     cfg = load_config(["cluster.learner_world_size=1", *OVERRIDES])
     path = resolve_model_path(cfg)
-    rank = LearnerRank(cfg, path, 0, 1, threads=1)
+    rank = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
     rank.setup("127.0.0.1", common.free_port())
     plain = PlainLoop(cfg, path)
     batch = make_batch(s["rows"], s["length"], plain.model.config.vocab_size)
@@ -181,10 +182,12 @@ def world1(s: dict) -> dict:
 
 def _rank2(rank_id: int, port: int, s: dict, queue) -> None:
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.train import load_config, resolve_model_path
 
     cfg = load_config(["cluster.learner_world_size=2", *OVERRIDES])
-    rank = LearnerRank(cfg, resolve_model_path(cfg), rank_id, 2, threads=1)
+    rank = LearnerRank(cfg, resolve_model_path(cfg), rank_id, 2, threads=1,
+                       settings=learner_settings(cfg))
     rank.setup("127.0.0.1", port)
     batch = make_batch(s["rows"], s["length"], rank.model.config.vocab_size)
     times = []

@@ -48,12 +48,13 @@ def expert_batch(groups: int, group_size: int, tokenizer):
 def growth(s: dict) -> dict:
     from ragen2.collapse.monitor import MIMonitor
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.models.loading import load_tokenizer
     from ragen2.train import load_config, resolve_model_path
 
     cfg = load_config(["cluster.learner_world_size=1"])
     path = resolve_model_path(cfg)
-    rank = LearnerRank(cfg, path, 0, 1, threads=1)
+    rank = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
     rank.setup("127.0.0.1", common.free_port())
     tokenizer = load_tokenizer(path)
 

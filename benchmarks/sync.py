@@ -48,6 +48,7 @@ def one_size(hidden: int, layers: int, repeats: int) -> dict:
     import ray
 
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.rollout.worker import RolloutWorker
     from ragen2.sync.object_store import load_buckets, put_buckets
     from ragen2.train import ensure_ray, load_config, resolve_model_path
@@ -55,7 +56,7 @@ def one_size(hidden: int, layers: int, repeats: int) -> dict:
     cfg = load_config(overrides(hidden, layers))
     ensure_ray(cfg)
     path = resolve_model_path(cfg)
-    rank = LearnerRank(cfg, path, 0, 1, threads=1)
+    rank = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
     rank.setup("127.0.0.1", common.free_port())
     worker = ray.remote(RolloutWorker).options(num_cpus=0).remote(cfg, path, 0, 1)
     ray.get(worker.policy_version.remote())

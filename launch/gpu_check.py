@@ -561,12 +561,14 @@ def main(argv: list[str] | None = None) -> int:
     learner = engine = None
     if path is not None:
         from ragen2.learner.rank import LearnerRank
+        from ragen2.controller import learner_settings
         from ragen2.models.loading import load_tokenizer
 
         def start() -> dict[str, Any]:
             nonlocal learner, engine
             engine = EngineProcess(path, args.dtype, args.device, args.timeout)
-            learner = LearnerRank(learner_config(args), path, 0, 1, threads=0)
+            cfg = learner_config(args)
+            learner = LearnerRank(cfg, path, 0, 1, threads=0, settings=learner_settings(cfg))
             learner.setup("127.0.0.1", _free_port())
             return {"model_path": path, "params_m": round(
                 sum(p.numel() for p in learner.model.parameters()) / 1e6, 1),

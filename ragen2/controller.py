@@ -25,6 +25,7 @@ from ragen2.filtering.pipeline import FilterPipeline
 from ragen2.filtering.scores import GroupBatch, reward_std
 from ragen2.filtering.select import ZERO_EPS
 from ragen2.learner import checkpoint
+from ragen2.learner.settings import LearnerSettings
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
 from ragen2.preempt import StopSignal
@@ -118,6 +119,14 @@ def _spread(trajs: Sequence[Trajectory], n: int) -> list[Trajectory]:
     return [trajs[i] for i in idx]
 
 
+def learner_settings(cfg: Config) -> LearnerSettings:
+    """What the learner needs from the engine and rollout sections, resolved once (the learner
+    reads only its own sections, :mod:`ragen2.learner.settings`)."""
+    e, a = cfg.engine, cfg.algorithm
+    return LearnerSettings(temperature=e.temperature if e.temperature > 0 else 1.0,
+                           norm_tokens=a.loss_agg_norm_tokens or e.max_new_tokens * cfg.rollout.max_turns)
+
+
 class Controller:
     def __init__(self, cfg: Config, run_dir: Path, model_path: str) -> None:
         import ray
@@ -151,7 +160,8 @@ class Controller:
 
         self.pool, self.learners = start_actors(
             self.placement.plan, start_pool,
-            lambda: LearnerGroup(cfg, model_path, learner_threads, self.placement),
+            lambda: LearnerGroup(cfg, model_path, learner_threads, self.placement,
+                                 learner_settings(cfg)),
             lambda pool: pool.call_all("policy_version"))  # returns after every __init__
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
@@ -303,7 +313,7 @@ class Controller:
                 t0 = time.perf_counter()
                 sleeping = self.cfg.engine.sleep_mode
                 if sleeping:  # the update's cached blocks go back first
-                    self.learners.call("release_cuda_cache")
+                    self.learners.release_cuda_cache()
                     self.pool.call_all("wake_up", ["weights"])
                 m = self.sync.push(self.version)
                 if sleeping:
@@ -467,7 +477,7 @@ class Controller:
     def rollback(self, target: Path, step: int) -> str:
         """Restore ``target``'s learner (weights, optimiser, reference, RNG, version), push it to
         the engines and filter harder (``FilterPipeline.strengthen``). Steps keep counting on."""
-        self.version = self.learners.call("load", str(target))[0]
+        self.version = self.learners.load(str(target))
         self.push_weights()
         change = self.filter.strengthen(self.cfg.monitor.rollback_filter_factor)
         self.rollbacks += 1
@@ -506,11 +516,11 @@ class Controller:
                         "mostly writes unparsable replies at first (add a demonstration() hook, "
                         "docs/tutorials/add-an-environment.md; trainer.warm_start.enabled=false silences "
                         "this)", ", ".join(e.id for e in self.train_envs))
-            self.learners.call("finish_warm_start")
+            self.learners.finish_warm_start()
             return {"warm_start/skipped": 1.0, "timing/warm_start_s": time.perf_counter() - t0}
         cache = Path(self.cfg.model.cache_dir or default_cache_root()) / "warm_start" / self.warm_start_key()
         if ws.cache and (cache / "metrics.json").exists():
-            self.learners.call("load_policy", str(cache / "policy.pt"))
+            self.learners.load_policy(str(cache / "policy.pt"))
             m = json.loads((cache / "metrics.json").read_text())
             m["warm_start/cached"] = 1.0
             log.info("warm start loaded from cache %s", cache)
@@ -518,10 +528,10 @@ class Controller:
             m = self._behaviour_clone(experts)
             if ws.cache:
                 cache.mkdir(parents=True, exist_ok=True)
-                self.learners.call("save_policy", str(cache / "policy.pt"))
+                self.learners.save_policy(str(cache / "policy.pt"))
                 checkpoint.write_json_atomic(cache / "metrics.json", m)  # written last: complete
             m["warm_start/cached"] = 0.0
-        self.learners.call("finish_warm_start")
+        self.learners.finish_warm_start()
         return {**m, "timing/warm_start_s": time.perf_counter() - t0}
 
     def _behaviour_clone(self, experts: list[EnvEntry]) -> dict[str, float]:
@@ -598,10 +608,11 @@ class Controller:
             return StepResult(metrics, None, selection.reward_spread)
         if c.monitor.grad_snr_every and step % c.monitor.grad_snr_every == 0:
             metrics.update(self.grad_snr(trajs))
-        batch = collate(kept, self.pad_id)
         n_groups = len({t.group_id for t in trajs})
-        batch["sample_weights"] = self.filter.sample_weights(kept, self.group_keys)
-        batch["loss_scale"] = np.array(self.filter.loss_scale(len(keep) / max(n_groups, 1)))
+        weights = self.filter.sample_weights(kept, self.group_keys)
+        batch = replace(collate(kept, self.pad_id), sample_weights=weights,
+                        regulariser_weights=self.filter.regulariser_weights(weights),
+                        loss_scale=self.filter.loss_scale(len(keep) / max(n_groups, 1)))
         t1 = time.perf_counter()
         if c.engine.sleep_mode:  # colocated GPUs: the engines give their memory to the update
             self.pool.call_all("sleep")
@@ -628,7 +639,7 @@ class Controller:
         buckets = spread_buckets(stds, self.cfg.monitor.grad_snr_buckets)
         bucket_of = dict(zip(batch.groups, buckets.tolist()))
         rows = np.array([bucket_of[t.group_id] for t in trajs])
-        out = self.learners.call("grad_snr", ray.put(collate(trajs, self.pad_id)), rows)[0]
+        out = self.learners.grad_snr(ray.put(collate(trajs, self.pad_id)), rows)
         for b in sorted(set(rows.tolist())):
             out[f"grad_snr/b{b}/reward_std"] = float(stds[buckets == b].mean())
         return out
@@ -661,7 +672,7 @@ class Controller:
         tmp = None
         try:
             tmp = checkpoint.begin(self.run_dir, step)
-            self.learners.call("save", str(tmp))
+            self.learners.save(str(tmp))
             final = checkpoint.commit(
                 tmp, step, replace(state, step=step, policy_version=self.version).to_dict())
         except BaseException as e:
@@ -839,7 +850,7 @@ def run(cfg: Config, run_dir: Path, model_path: str) -> dict[str, Any]:
 
 def _resume(ctl: Controller, ckpt: Path, state: RunState) -> None:
     """Load the checkpoint's learner and controller state, then push the policy to the engines."""
-    ctl.version = ctl.learners.call("load", str(ckpt))[0]
+    ctl.version = ctl.learners.load(str(ckpt))
     if ctl.version != state.policy_version:
         raise RuntimeError(f"{ckpt}: learner version {ctl.version} != trainer state "
                            f"{state.policy_version}")

@@ -14,6 +14,7 @@ import torch
 
 from ragen2.export import ExportError, export_checkpoint, find_checkpoint, main
 from ragen2.learner.rank import LearnerRank
+from ragen2.controller import learner_settings
 from ragen2.train import load_config
 from tests.runs import small
 
@@ -45,7 +46,7 @@ def _hf_logprobs(folder: Path, ids: list[int]) -> torch.Tensor:
 
 
 def _learner(cfg, model_path: str) -> LearnerRank:
-    r = LearnerRank(cfg, model_path, 0, 1, threads=1)
+    r = LearnerRank(cfg, model_path, 0, 1, threads=1, settings=learner_settings(cfg))
     r.setup("127.0.0.1", _port())
     return r
 

@@ -52,17 +52,15 @@ class FakeLearners:
     def __init__(self, ctl, fail: dict[int, BaseException]) -> None:
         self.ctl, self.fail = ctl, fail
 
-    def call(self, method: str, *args):
-        if method == "save":
-            d = Path(args[0])
-            (d / "policy.pt").write_text(json.dumps(self.ctl.version))
-            step = int(d.name[5:11])
-            if step in self.fail:
-                raise self.fail[step]
-            return [None]
-        if method == "load":
-            return [json.loads((Path(args[0]) / "policy.pt").read_text())]
-        raise AssertionError(method)
+    def save(self, directory: str) -> None:
+        d = Path(directory)
+        (d / "policy.pt").write_text(json.dumps(self.ctl.version))
+        step = int(d.name[5:11])
+        if step in self.fail:
+            raise self.fail[step]
+
+    def load(self, directory: str) -> int:
+        return json.loads((Path(directory) / "policy.pt").read_text())
 
 
 def fake_controller(skipped_by_step: dict[int, int], fail: dict[int, BaseException] | None = None):

@@ -1,19 +1,66 @@
-"""Advantage estimators: group-relative (GRPO) and multi-turn-aware GAE.
+"""Advantage estimators: group-relative (GRPO) and multi-turn-aware GAE, and their registry.
 
-Registry call signatures (``ADVANTAGE_ESTIMATORS.get(name)`` returns the function itself):
-    "grpo": grpo_advantages(rewards (N,), group_ids (N,), *, norm_by_std=True, eps=1e-6) -> (N,)
-    "gae":  gae_advantages(token_rewards (B,T), values (B,T), mask (B,T), *, gamma=1.0, lam=1.0,
-                           whiten=False) -> (advantages (B,T), returns (B,T))
+The maths are plain functions:
+    grpo_advantages(rewards (N,), group_ids (N,), *, norm_by_std=True, eps=1e-6) -> (N,)
+    gae_advantages(token_rewards (B,T), values (B,T), mask (B,T), *, gamma=1.0, lam=1.0,
+                   whiten=False) -> (advantages (B,T), returns (B,T))
+
+``ADVANTAGE_ESTIMATORS`` maps ``algorithm.adv_estimator`` to an :class:`AdvantageEstimator`: one
+call signature for every estimator, ``assign(AdvantageInputs, algorithm) -> (advantages (B, T),
+returns (B, T) or None)``, and whether it needs a critic. The learner dispatches through it
+(:func:`ragen2.algos.objective.assign_credit`), so a new estimator is one registration, from any
+module, and ``algorithm.adv_estimator=<name>``:
+
+    ADVANTAGE_ESTIMATORS.register("mine")(AdvantageEstimator(my_assign))
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
 
 from ragen2.registry import Registry
 
-ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator sees of one micro-batch: B of the batch's N rows, T token columns.
+
+    rewards:       (N,) float64 episode returns of EVERY row of the batch (group statistics need
+                   the whole group, which a micro-batch may cut).
+    group_ids:     (N,) int64 group (prompt) of every row.
+    rows:          (B,) int64 this micro-batch's rows, indices into N.
+    token_rewards: (B, T) float32: each turn's reward on the turn's last generated token.
+    mask:          (B, T) loss mask: 1 on generated tokens (the decision points).
+    values:        (B, T) float32 critic values (estimators with ``needs_critic``), else None.
+    """
+
+    rewards: Tensor
+    group_ids: Tensor
+    rows: Tensor
+    token_rewards: Tensor
+    mask: Tensor
+    values: Optional[Tensor] = None
+
+
+#: ``assign(inputs, algorithm)`` -> ((B, T) advantages, zero off the mask; (B, T) returns or None).
+#: ``algorithm`` is the ``algorithm`` config section (its hyper-parameters: gamma, lam, ...).
+AssignFn = Callable[[AdvantageInputs, Any], "tuple[Tensor, Optional[Tensor]]"]
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered estimator: its credit assignment and whether the learner trains a critic for
+    it (then ``inputs.values`` is set and the returned returns train the critic)."""
+
+    assign: AssignFn
+    needs_critic: bool = False
+
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
 def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
@@ -34,7 +81,6 @@ def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     return (x - mean) * torch.rsqrt(var + eps) * mask
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
 def grpo_advantages(
     rewards: Tensor, group_ids: Tensor, *, norm_by_std: bool = True, eps: float = 1e-6
 ) -> Tensor:
@@ -66,7 +112,6 @@ def grpo_advantages(
     return centered / (std[inv] + eps)
 
 
-@ADVANTAGE_ESTIMATORS.register("gae")
 def gae_advantages(
     token_rewards: Tensor,
     values: Tensor,
@@ -116,3 +161,21 @@ def gae_advantages(
     if whiten:
         adv = masked_whiten(adv, m)
     return adv, returns
+
+
+def _assign_grpo(x: AdvantageInputs, algorithm: Any) -> tuple[Tensor, None]:
+    """GRPO: each row's group-relative advantage on every one of its generated tokens."""
+    seq = grpo_advantages(x.rewards, x.group_ids, norm_by_std=algorithm.norm_adv_by_std).float()
+    return seq[x.rows].to(x.mask.device).unsqueeze(1) * x.mask, None
+
+
+def _assign_gae(x: AdvantageInputs, algorithm: Any) -> tuple[Tensor, Tensor]:
+    """GAE over the decision points, from the critic's values."""
+    if x.values is None:
+        raise ValueError("the gae estimator needs critic values (AdvantageInputs.values)")
+    return gae_advantages(x.token_rewards, x.values, x.mask, gamma=algorithm.gamma,
+                          lam=algorithm.lam)
+
+
+ADVANTAGE_ESTIMATORS.add("grpo", AdvantageEstimator(_assign_grpo))
+ADVANTAGE_ESTIMATORS.add("gae", AdvantageEstimator(_assign_gae, needs_critic=True))

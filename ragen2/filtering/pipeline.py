@@ -143,6 +143,14 @@ class FilterPipeline:
         keys = [group_keys[t.group_id] for t in trajs]
         return self.tiered.loss_weights(keys).astype(np.float32)
 
+    def regulariser_weights(self, sample_weights: np.ndarray) -> np.ndarray | None:
+        """(N,) weight of each kept sample's entropy and KL terms, from its ``sample_weights``:
+        None (the same weights) with ``tiered.weight_target=loss``, ones with ``advantage``
+        (the weights then reach the advantages only)."""
+        if self.cfg.tiered.weight_target == "loss":
+            return None
+        return np.ones(len(sample_weights), dtype=np.float32)
+
     def loss_scale(self, kept_fraction: float) -> float:
         return loss_scale(kept_fraction, self.cfg.loss_scale) if kept_fraction > 0 else 1.0
 

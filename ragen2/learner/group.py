@@ -1,4 +1,8 @@
-"""Driver-side handle on the FSDP2 learner ranks (Ray actors forming one process group)."""
+"""Driver-side handle on the FSDP2 learner ranks (Ray actors forming one process group).
+
+One typed method per thing the controller asks of the learner; each runs on every rank (the ranks'
+work is collective) and returns rank 0's result.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,16 @@ import ray
 from ragen2.cluster import Placement
 from ragen2.config import Config
 from ragen2.learner.rank import LearnerRank
+from ragen2.learner.settings import LearnerSettings
 
 
 class LearnerGroup:
     def __init__(self, cfg: Config, model_path: str, threads: int,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None,
+                 settings: LearnerSettings | None = None) -> None:
+        """``settings``: what the ranks need from other config sections (the controller's
+        :func:`ragen2.controller.learner_settings`; default: temperature 1, no Dr.GRPO constant)."""
+        settings = settings if settings is not None else LearnerSettings()
         world = cfg.cluster.learner_world_size
         if placement is None:  # nothing reserved (tests): as before, one whole GPU per rank on cuda
             gpus = 1 if cfg.cluster.device == "cuda" else 0
@@ -21,20 +30,48 @@ class LearnerGroup:
         else:
             options = [placement.learner_options(r) for r in range(world)]
         actor = ray.remote(LearnerRank)
-        self.ranks = [actor.options(**options[r]).remote(cfg, model_path, r, world, threads)
+        self.ranks = [actor.options(**options[r]).remote(cfg, model_path, r, world, threads, settings)
                       for r in range(world)]
         addr, port = ray.get(self.ranks[0].address.remote())
         ray.get([a.setup.remote(addr, port) for a in self.ranks])
 
-    def call(self, method: str, *args: Any) -> list[Any]:
+    def _all(self, method: str, *args: Any) -> list[Any]:
         """Run ``method`` on every rank (they are collective) and return all results."""
         return ray.get([getattr(a, method).remote(*args) for a in self.ranks])
 
     def update(self, batch_ref: Any, step: int) -> dict[str, float]:
-        return self.call("update", batch_ref, step)[0]
+        """One RL update on a :class:`ragen2.batch.TrainingBatch` (an object ref); its metrics."""
+        return self._all("update", batch_ref, step)[0]
 
     def sft_step(self, batch_ref: Any, rows: Any, lr: float) -> dict[str, float]:
-        return self.call("sft_step", batch_ref, rows, lr)[0]
+        """One warm-start behaviour-cloning step on ``rows`` of the batch; its metrics."""
+        return self._all("sft_step", batch_ref, rows, lr)[0]
+
+    def grad_snr(self, batch_ref: Any, buckets: Any) -> dict[str, float]:
+        """Gradient norms of the loss terms per bucket of rows (no optimiser step)."""
+        return self._all("grad_snr", batch_ref, buckets)[0]
+
+    def release_cuda_cache(self) -> None:
+        self._all("release_cuda_cache")
+
+    def save(self, directory: str) -> None:
+        """Every rank writes its shards of a checkpoint into ``directory``."""
+        self._all("save", directory)
+
+    def load(self, directory: str) -> int:
+        """Restore a checkpoint; the policy version it holds."""
+        return self._all("load", directory)[0]
+
+    def save_policy(self, path: str) -> None:
+        """The full policy weights to ``path`` (rank 0 writes)."""
+        self._all("save_policy", path)
+
+    def load_policy(self, path: str) -> None:
+        self._all("load_policy", path)
+
+    def finish_warm_start(self) -> None:
+        """Drop the warm-start optimiser; the KL reference becomes the warm-started policy."""
+        self._all("finish_warm_start")
 
     def score(self, contexts: list[list[int]], continuations: list[list[int]],
               columns: Any) -> tuple[Any, Any]:
@@ -44,7 +81,7 @@ class LearnerGroup:
         columns = np.asarray(columns)
         logp = np.full(columns.shape, np.nan)
         tokens = np.zeros(columns.shape, dtype=np.int64)
-        for part in self.call("score", contexts, continuations, columns):
+        for part in self._all("score", contexts, continuations, columns):
             for s, k, v, n in part:
                 logp[s, k], tokens[s, k] = v, n
         if np.isnan(logp).any():
@@ -61,11 +98,11 @@ class LearnerGroup:
 
     def logprobs(self, ids: list[int]) -> list[float]:
         """Raw per-token logprobs of ``ids[1:]`` under the current policy (rank 0's result)."""
-        return self.call("logprobs", list(ids))[0]
+        return self._all("logprobs", list(ids))[0]
 
     def shutdown(self) -> None:
         try:
-            self.call("shutdown")
+            self._all("shutdown")
         finally:
             for a in self.ranks:
                 ray.kill(a)

@@ -7,6 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ragen2.batch import TrainingBatch
+
 
 @dataclass
 class Trajectory:
@@ -72,12 +74,13 @@ class Trajectory:
         return int(sum(self.loss_mask))
 
 
-def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, np.ndarray]:
+def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> TrainingBatch:
     """Right-pad trajectories into a learner batch of numpy arrays (cheap in Ray's object store).
 
     Returns input_ids/attention_mask/loss_mask (N, L) int64, logprobs/token_rewards (N, L)
     float32 (token_rewards holds each turn's reward at its last generated id), rewards and
-    temperature_scales (N,) float32, group_ids/policy_version (N,) int64.
+    temperature_scales (N,) float32, group_ids/policy_version (N,) int64; no filter weights
+    (:class:`ragen2.batch.TrainingBatch`).
     """
     if not trajs:
         raise ValueError("cannot collate an empty list of trajectories")
@@ -92,11 +95,10 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, np.ndarra
         ids[i, :k], attn[i, :k], mask[i, :k], lps[i, :k] = t.input_ids, 1, t.loss_mask, t.logprobs
         for end, r in zip(t.turn_ends, t.turn_rewards):
             tok_r[i, end] += r
-    return {
-        "input_ids": ids, "attention_mask": attn, "loss_mask": mask, "logprobs": lps,
-        "token_rewards": tok_r,
-        "rewards": np.array([t.reward for t in trajs], dtype=np.float32),
-        "group_ids": np.array([t.group_id for t in trajs], dtype=np.int64),
-        "temperature_scales": np.array([t.temperature_scale for t in trajs], dtype=np.float32),
-        "policy_version": np.array([t.policy_version for t in trajs], dtype=np.int64),
-    }
+    return TrainingBatch(
+        input_ids=ids, attention_mask=attn, loss_mask=mask, logprobs=lps, token_rewards=tok_r,
+        rewards=np.array([t.reward for t in trajs], dtype=np.float32),
+        group_ids=np.array([t.group_id for t in trajs], dtype=np.int64),
+        temperature_scales=np.array([t.temperature_scale for t in trajs], dtype=np.float32),
+        policy_version=np.array([t.policy_version for t in trajs], dtype=np.int64),
+    )

@@ -77,7 +77,7 @@ def test_gae_whiten_keeps_raw_returns():
 
 def test_registry():
     assert ADVANTAGE_ESTIMATORS.names() == ["gae", "grpo"]
-    assert ADVANTAGE_ESTIMATORS.get("grpo") is grpo_advantages
-    assert ADVANTAGE_ESTIMATORS.get("gae") is gae_advantages
+    assert not ADVANTAGE_ESTIMATORS.get("grpo").needs_critic
+    assert ADVANTAGE_ESTIMATORS.get("gae").needs_critic
     with pytest.raises(KeyError, match="gae, grpo"):
         ADVANTAGE_ESTIMATORS.get("rloo")

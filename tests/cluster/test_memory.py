@@ -222,7 +222,7 @@ def test_learner_hands_its_cache_back_before_vllm_wakes(monkeypatch):
     rank.release_cuda_cache()
     assert calls == ["empty"]
     src = inspect.getsource(Controller.push_weights)
-    assert src.index('"release_cuda_cache"') < src.index('"wake_up"')
+    assert src.index('release_cuda_cache()') < src.index('"wake_up"')
 
 
 def test_the_hf_engine_counts_its_weights_and_kv_beside_the_learner():

@@ -28,7 +28,8 @@ class _Engine:
 class _Rank:
     """LearnerRank's interface to LearnerGroup; ``model_path`` is the log directory here."""
 
-    def __init__(self, cfg, model_path: str, rank: int, world_size: int, threads: int) -> None:
+    def __init__(self, cfg, model_path: str, rank: int, world_size: int, threads: int,
+                 settings=None) -> None:
         self.log, self.rank = Path(model_path), rank
         self._record("init")
 

@@ -60,6 +60,7 @@ def _snapshot(r, batch) -> dict:
 def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     torch.set_num_threads(1)
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
     result = {}
@@ -70,7 +71,8 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
             for meta in (False, True):
                 LearnerRank.meta_init = meta
                 torch.manual_seed(1234)  # both paths start from the same RNG state
-                r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
+                cfg = load_config([*BASE, *extra])
+                r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
                 r.setup("127.0.0.1", next(port))
                 try:
                     batch = _batch()  # token rewards: the critic has something to learn

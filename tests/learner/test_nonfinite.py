@@ -80,7 +80,7 @@ def test_one_bad_mini_batch_is_skipped_the_others_apply(tiny_model_path):
 
 def test_nonfinite_critic_loss_skips_actor_and_critic(tiny_model_path, monkeypatch):
     """algorithm=ppo: a NaN value loss skips the whole mini-batch, policy and value model alike."""
-    import ragen2.learner.rank as rank_mod
+    import ragen2.algos.objective as rank_mod  # the critic's term: objective.value_term
 
     r = _rank(tiny_model_path, "algorithm=ppo", "algorithm.ppo_mini_batches=1")
     try:
@@ -99,7 +99,7 @@ def test_nonfinite_critic_loss_skips_actor_and_critic(tiny_model_path, monkeypat
 
 
 def test_nonfinite_warm_start_step_is_skipped(tiny_model_path, monkeypatch):
-    import ragen2.learner.rank as rank_mod
+    import ragen2.learner.sft as rank_mod
 
     r = _rank(tiny_model_path)
     try:
@@ -129,11 +129,12 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     the learner tests' shared two-rank spawn (tests/learner/two_ranks.py)."""
     torch.set_num_threads(1)
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
     cfg = load_config(["cluster.learner_world_size=2", "algorithm.lr=1e-3",
                        "algorithm.ppo_mini_batches=2"])
-    r = LearnerRank(cfg, path, rank, 2, threads=1)
+    r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
     r.setup("127.0.0.1", ports[0])
     try:
         step = r._step

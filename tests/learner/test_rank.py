@@ -7,6 +7,7 @@ import socket
 import numpy as np
 import pytest
 
+from ragen2.controller import learner_settings
 from ragen2.learner.rank import LearnerRank, StaleBatchError
 from ragen2.train import load_config
 
@@ -19,7 +20,7 @@ def _port() -> int:
 
 def _rank(path: str, *overrides: str) -> LearnerRank:
     cfg = load_config(["cluster.learner_world_size=1", "algorithm.lr=1e-3", *overrides])
-    r = LearnerRank(cfg, path, 0, 1, threads=1)
+    r = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
     r.setup("127.0.0.1", _port())
     return r
 
@@ -100,15 +101,19 @@ def test_sample_weights_and_loss_scale_scale_the_update(tiny_model_path):
 def test_sample_weights_weight_the_whole_loss_or_only_the_advantages(tiny_model_path, target):
     """Rewards without spread (no task gradient): the gradient is the entropy term's. Halving
     every sample's weight halves it with weight_target=loss; with weight_target=advantage the
-    regulariser keeps full weight and the gradient does not move."""
-    extra = ["algorithm.entropy_coef=0.05", "algorithm.grad_clip=1e9",
-             f"filter.tiered.weight_target={target}"]
+    regulariser keeps full weight and the gradient does not move. The filter decides once, on the
+    controller's side: its regulariser weights travel in the batch."""
+    from ragen2.filtering.pipeline import FilterPipeline
+
+    filt = FilterPipeline(load_config([f"filter.tiered.weight_target={target}"]).filter, seed=0)
+    extra = ["algorithm.entropy_coef=0.05", "algorithm.grad_clip=1e9"]
     norms = []
     for w in (1.0, 0.5):
         r = _rank(tiny_model_path, *extra)
+        weights = np.full(6, w, np.float32)
         try:
-            m = r.update({**_batch(), "rewards": np.ones(6, np.float32),
-                          "sample_weights": np.full(6, w, np.float32)}, step=1)
+            m = r.update({**_batch(), "rewards": np.ones(6, np.float32), "sample_weights": weights,
+                          "regulariser_weights": filt.regulariser_weights(weights)}, step=1)
         finally:
             r.shutdown()
         norms.append(m["actor/grad_norm"])

@@ -41,7 +41,7 @@ N_PORTS = len(SCENARIOS)
 
 def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     torch.set_num_threads(1)
-    import ragen2.learner.rank as rank_module
+    import ragen2.learner.forward as rank_module
 
     shared = rank_module.shared_prefix_logits
     calls = []
@@ -63,6 +63,7 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
 
 
 def _scenarios(rank: int, path: str, ports: list[int], calls: list) -> dict:
+    from ragen2.controller import learner_settings
     from ragen2.learner.rank import LearnerRank
     from ragen2.train import load_config
     from tests.learner.test_prefix import prefix_batch
@@ -71,7 +72,8 @@ def _scenarios(rank: int, path: str, ports: list[int], calls: list) -> dict:
     for (name, extra), port in zip(SCENARIOS.items(), ports):
         calls.clear()
         batch = prefix_batch if name.startswith("prefix") else _batch
-        r = LearnerRank(load_config([*BASE, *extra]), path, rank, 2, threads=1)
+        cfg = load_config([*BASE, *extra])
+        r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
         r.setup("127.0.0.1", port)
         try:
             if name == "tokens":

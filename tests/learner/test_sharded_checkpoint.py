@@ -23,10 +23,11 @@ def _batch_v(version: int) -> dict[str, np.ndarray]:
 
 def _learner(path: str, rank: int, world: int, port: int):
     from ragen2.learner.rank import LearnerRank
+    from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
     cfg = load_config([f"cluster.learner_world_size={world}", *OVERRIDES])
-    r = LearnerRank(cfg, path, rank, world, threads=1)
+    r = LearnerRank(cfg, path, rank, world, threads=1, settings=learner_settings(cfg))
     r.setup("127.0.0.1", port)
     return r
 

@@ -1,0 +1,130 @@
+"""Measurements that read the policy without training it: the gradient-SNR diagnostic, the MI
+monitor's cross-scoring and the weight-sync probe's logprobs. All collective over the ranks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ragen2.algos import logprobs_from_logits
+from ragen2.algos.advantages import AdvantageInputs
+from ragen2.algos.objective import (LossInputs, assign_credit, entropy_term, kl_term, needs_critic,
+                                    policy_term, snr_gate)
+from ragen2.batch import TrainingBatch
+from ragen2.learner.forward import holding, micro_batches, tensors
+from ragen2.learner.fsdp import full_tensor
+
+if TYPE_CHECKING:
+    from ragen2.learner.rank import LearnerRank
+
+
+def grad_snr(rank: LearnerRank, batch: TrainingBatch, buckets: np.ndarray) -> dict[str, float]:
+    """Per reward-spread bucket, the gradient norms of the task, entropy and KL terms.
+
+    ``buckets`` (N,) gives each row's bucket (-1 = not measured). For every bucket and term a
+    separate forward + backward over the bucket's rows (token-mean over the bucket), the
+    total gradient norm is read and the gradients are dropped: no optimiser step, nothing
+    changes. The task term is the policy loss (:func:`ragen2.algos.objective.policy_term`) at
+    ratio 1 (the first mini-batch of an update), with the update's advantages (group-relative
+    where the estimator needs a critic). The entropy and KL norms are reported as they enter the
+    loss, times ``algorithm.entropy_coef`` / ``kl_coef`` (``{term}_norm``; 0 for a term that is
+    off), and unscaled as ``{term}_norm_raw``; both with ``algorithm.regulariser_gate`` applied.
+    """
+    a = rank.cfg.algorithm
+    credit = replace(a, adv_estimator="grpo") if needs_critic(a) else a  # no critic forward here
+    rewards = torch.tensor(batch.rewards, dtype=torch.float64)
+    group_ids = torch.tensor(batch.group_ids)
+    terms = ["task", "entropy"] + (["kl"] if rank.ref is not None else [])
+    coef = {"entropy": a.entropy_coef, "kl": a.kl_coef}
+    gate = snr_gate(torch.tensor(batch.rewards), group_ids, a)  # as the update weights them
+    out: dict[str, float] = {}
+    rank.optim.zero_grad(set_to_none=True)
+    for b in sorted(set(int(x) for x in buckets.tolist()) - {-1}):
+        mb = np.flatnonzero(buckets == b)
+        micros = micro_batches(rank, batch, mb)
+        n_tok = float(batch.loss_mask[mb].sum())
+        for term in terms:
+            for micro in micros:
+                ids, attn, mask, tok_r = tensors(rank, batch, micro, "input_ids", "attention_mask",
+                                                 "loss_mask", "token_rewards")
+                rows = torch.from_numpy(micro.index)
+                share = rank._prefix_plan(ids, attn, mask)
+                with holding(rank, share):
+                    lp, ent = rank._forward(rank.model, ids, attn, mask, entropy=term == "entropy",
+                                            entropy_grad=True, plan=share)
+                    x = LossInputs(lp, lp.detach(), lp.new_zeros(()), mask, entropy=ent,
+                                   regulariser_weights=(None if gate is None else
+                                                        gate[rows].to(rank.device).unsqueeze(1)),
+                                   agg_mode="token-mean", num_tokens=n_tok, num_seqs=1.0)
+                    if term == "task":
+                        x.advantages, _ = assign_credit(
+                            AdvantageInputs(rewards, group_ids, rows, tok_r, mask), credit)
+                        loss, _ = policy_term(x, a)
+                    elif term == "entropy":
+                        loss = entropy_term(x)
+                    else:
+                        with torch.no_grad():
+                            x.ref_logprobs, _ = rank._forward(rank.ref, ids, attn, mask, plan=share)
+                        loss = kl_term(x, a)
+                    (loss * rank.world_size).backward()
+            norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(rank.trainable, float("inf"))))
+            if term == "task":
+                out[f"grad_snr/b{b}/task_norm"] = norm
+            else:  # as it enters the loss (coefficient x term; 0 when the term is off)
+                out[f"grad_snr/b{b}/{term}_norm"] = coef[term] * norm
+                out[f"grad_snr/b{b}/{term}_norm_raw"] = norm
+            rank.optim.zero_grad(set_to_none=True)
+    return out
+
+
+def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list[int]],
+          columns: np.ndarray, chunk: int = 64) -> list[tuple[int, int, float, int]]:
+    """log p(continuations[s] | contexts[columns[s, k]]) for this rank's share (collective).
+
+    Work items (one context, up to ``chunk`` of its continuations) are dealt round-robin to
+    the ranks; every rank runs the same number of items (dummy ones are discarded), since
+    FSDP's forward is collective. Returns (s, k, summed logprob, tokens) for this rank's items.
+    Each item's logits are bounded by ``monitor.score_tokens`` (:func:`score_continuations`).
+    """
+    from ragen2.learner.scoring import score_continuations
+
+    columns = np.asarray(columns)
+    items = []
+    for j in range(len(contexts)):
+        where = np.argwhere(columns == j)
+        for i in range(0, len(where), chunk):
+            items.append((j, where[i:i + chunk]))
+    per_rank = -(-len(items) // rank.world_size)
+    mine = items[rank.rank::rank.world_size]
+    dummy = (0, np.array([[0, 0]]))
+    out: list[tuple[int, int, float, int]] = []
+    with torch.no_grad():
+        for i in range(per_rank):
+            j, where = mine[i] if i < len(mine) else dummy
+            lp, n = score_continuations(rank.model, contexts[j],
+                                        [continuations[s] for s, _ in where],
+                                        temperature=rank.settings.temperature, device=rank.device,
+                                        token_budget=rank.cfg.monitor.score_tokens)
+            if i < len(mine):
+                out.extend((int(s), int(k), float(v), int(c))
+                           for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))
+    return out
+
+
+def logprobs(rank: LearnerRank, ids: list[int]) -> list[float] | None:
+    """Raw log p(ids[t] | ids[:t]) for t = 1 .. len(ids) - 1 under the current policy.
+
+    Temperature 1, no per-row scaling: what an engine reports for the same tokens (the
+    weight-sync probe compares the two). Collective: every rank runs the same forward; rank 0
+    returns the ``len(ids) - 1`` floats, the others None.
+    """
+    if len(ids) < 2:
+        raise ValueError(f"logprobs needs at least 2 token ids, got {len(ids)}")
+    t = torch.tensor([list(ids)], dtype=torch.long, device=rank.device)
+    with torch.no_grad():
+        logits = rank.model(input_ids=t, use_cache=False).logits[:, :-1]
+        lp = logprobs_from_logits(logits.float(), t[:, 1:])
+    return lp[0].cpu().tolist() if rank.rank == 0 else None

@@ -1,0 +1,23 @@
+"""What the learner needs from config sections it does not own, resolved once.
+
+The learner reads its own sections (``algorithm``, ``learner``, ``model``, ``cluster``,
+``monitor.score_tokens``) and this record; it never reads ``engine``, ``rollout`` or ``filter``.
+The controller resolves it when it composes the run (:func:`ragen2.controller.learner_settings`);
+the filter's per-sample decisions travel in the batch (:class:`ragen2.batch.TrainingBatch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """temperature: the engines' sampling temperature, at which logprobs are taken (1.0 for a
+    greedy engine, temperature 0). norm_tokens: Dr.GRPO's constant of
+    ``seq-mean-token-sum-norm`` (``algorithm.loss_agg_norm_tokens``, else the longest response a
+    trajectory holds, ``engine.max_new_tokens x rollout.max_turns``); None where unknown."""
+
+    temperature: float = 1.0
+    norm_tokens: Optional[float] = None
