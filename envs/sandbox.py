@@ -98,6 +98,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.resources import files
 from numbers import Real
 from typing import Any
 
@@ -197,263 +198,21 @@ class SandboxResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# Trusted code that runs in the child. The launcher runs with the caller's privileges (root or
-# namespace root), sets up mounts/cgroup, forks the runner, and waits for it as its parent.
+# Trusted code that runs in the child: three programs in sandbox_programs/, read as text here and
+# passed with ``python -c`` (never imported). The launcher runs with the caller's privileges (root
+# or namespace root), sets up mounts/cgroup, forks the runner, and waits for it as its parent.
 # ---------------------------------------------------------------------------------------------
 
-_LAUNCHER = r"""
-import os, sys, json, ctypes, resource, time
-cfg = None
-def report(text):
-    try:
-        os.write(cfg["status_fd"], (text.replace("\n", " ") + "\n").encode("utf-8", "replace")[:2000])
-    except Exception:
-        pass
-def main():
-    global cfg
-    with open(sys.argv[1], "rb") as fh:
-        cfg = json.loads(fh.read())
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-    libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-    def enc(s):
-        return None if s is None else s.encode()
-    def mount(src, dst, fstype, flags, data):
-        if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, "mount %s: %s" % (dst, os.strerror(e)))
-    def prctl(op, arg):
-        if libc.prctl(op, arg, 0, 0, 0) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, "prctl %d: %s" % (op, os.strerror(e)))
-    for procs in cfg["cgroup_procs"]:
-        with open(procs, "w") as fh:
-            fh.write("0")
-    work, python, env = cfg["workdir"], cfg["runner_python"], dict(cfg["env"])
-    notes = []
-    if cfg["mount"]:
-        RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
-        KEEP = 1 | 2 | 4 | 8 | 1024 | 2048 | 4096
-        points = []
-        with open("/proc/self/mountinfo") as fh:
-            for line in fh:
-                mp = line.split()[4]
-                mp = mp.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-                if mp not in points:
-                    points.append(mp)
-        for mp in points:
-            try:
-                flags = os.statvfs(mp).f_flag & KEEP
-                mount(None, mp, None, REMOUNT | BIND | RDONLY | flags, None)
-            except OSError as e:
-                if mp == "/":
-                    raise
-                notes.append("ro:%s" % mp)
-        size = cfg["tmpfs_mb"]
-        for d in cfg["tmpfs"]:
-            if os.path.isdir(d) and not os.path.islink(d):
-                mount("tmpfs", d, "tmpfs", NOSUID | NODEV, "size=%dm,nr_inodes=4096,mode=1777" % size)
-        prefix = cfg["python_prefix"]
-        if prefix:
-            target = "/tmp/.python"
-            os.mkdir(target, 0o755)
-            mount(prefix, target, None, BIND | REC, None)
-            mount(None, target, None, REMOUNT | BIND | RDONLY | NOSUID | NODEV, None)
-            python = target + "/" + cfg["python_rel"]
-            env["LD_LIBRARY_PATH"] = target + "/lib"
-        for d in cfg["hide"]:
-            targets = [d]
-            if prefix and (d + "/").startswith(prefix.rstrip("/") + "/"):
-                targets.append("/tmp/.python" + d[len(prefix.rstrip("/")):])
-            for t in targets:
-                if os.path.isdir(t) and not os.path.islink(t):
-                    try:
-                        mount("tmpfs", t, "tmpfs", RDONLY | NOSUID | NODEV | NOEXEC, "size=4k,nr_inodes=4,mode=555")
-                    except OSError:
-                        notes.append("hide:%s" % t)
-        work = "/tmp/work"
-        os.mkdir(work, 0o700)
-    uid, gid = cfg["uid"], cfg["gid"]
-    job_path = os.path.join(work, "job.json")
-    with open(job_path, "w") as fh:
-        json.dump(cfg["job"], fh)
-    if uid is not None:
-        os.chown(work, uid, gid)
-        os.chown(job_path, uid, gid)
-    if notes:
-        report("N " + " ".join(notes))
-    prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the run become our children
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for name, soft, hard in cfg["rlimits"]:
-                resource.setrlimit(getattr(resource, name), (soft, hard))
-            if cfg["drop_bounding"]:
-                with open("/proc/sys/kernel/cap_last_cap") as fh:
-                    last = int(fh.read())
-                for cap in range(last + 1):
-                    prctl(24, cap)  # PR_CAPBSET_DROP
-            if uid is not None:
-                os.setgroups([])
-                os.setresgid(gid, gid, gid)
-                os.setresuid(uid, uid, uid)
-            prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
-            prctl(1, 9)  # PR_SET_PDEATHSIG = SIGKILL (after the uid change, which clears it)
-            os.chdir(work)
-            env["HOME"] = work
-            env["TMPDIR"] = "/tmp" if cfg["mount"] else work
-            report("K")
-            os.close(cfg["status_fd"])
-            os.execve(python, [python, "-I", "-S", "-B", "-c", cfg["runner"], "job.json"], env)
-        except BaseException as e:
-            report("E runner setup failed: %s: %s" % (type(e).__name__, e))
-            os._exit(121)
-    report("P %d" % pid)
-    while True:
-        try:
-            got, status, ru = os.wait4(-1, 0)
-        except ChildProcessError:
-            break
-        if got == pid:
-            report("X %d %.6f %d" % (status, ru.ru_utime + ru.ru_stime, ru.ru_maxrss))
-            break
-    if cfg["mount"]:
-        return  # we are the pid namespace's init: our exit kills whatever is left
-    # No pid namespace: kill and reap what the run left (orphans are re-parented to us).
-    me = os.getpid()
-    for _ in range(2000):
-        try:
-            while os.wait4(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            break
-        try:
-            with open("/proc/%d/task/%d/children" % (me, me)) as fh:
-                kids = [int(x) for x in fh.read().split()]
-        except (OSError, ValueError):
-            kids = []
-        for kid in kids:
-            try:
-                os.kill(kid, 9)
-            except OSError:
-                pass
-        time.sleep(0.001)
-try:
-    main()
-except BaseException as e:
-    report("E launcher setup failed: %s: %s" % (type(e).__name__, e))
-    os._exit(121)
-os._exit(0)
-"""
 
-_RUNNER = r"""
-import os, sys, json
-from ast import literal_eval
-def _main():
-    with open(sys.argv[1], "rb") as fh:
-        job = json.loads(fh.read())
-    try:
-        os.unlink(sys.argv[1])
-    except OSError:
-        pass
-    marker, out, dumps = job["marker"], os.dup(1), json.dumps
-    def emit(kind, obj):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        data = ("\n%s %s %s\n" % (marker, kind, dumps(obj))).encode()
-        while data:
-            data = data[os.write(out, data):]
-    def describe(e):
-        try:
-            text = "%s: %s" % (type(e).__name__, e)
-        except BaseException:
-            text = type(e).__name__
-        return text if len(text) <= 500 else text[:497] + "..."
-    ATOMS = (type(None), bool, int, float, str)
-    def check(v, depth, count):
-        t = type(v)
-        count[0] += 1
-        if count[0] > 100000:
-            raise ValueError("return value too large")
-        if t in ATOMS:
-            return
-        if depth > 50:
-            raise ValueError("return value nested too deeply")
-        if t is list or t is tuple or t is set:
-            for x in v:
-                check(x, depth + 1, count)
-        elif t is dict:
-            for k, x in v.items():
-                check(k, depth + 1, count)
-                check(x, depth + 1, count)
-        else:
-            raise TypeError("unsupported return type %s (return plain data: None, bool, int, float, str, list, tuple, dict, set)" % t.__name__)
-    def encode(v):
-        check(v, 0, [0])
-        text = repr(v)
-        if len(text) > 20000:
-            raise ValueError("return value too large (%d characters)" % len(text))
-        return text
-    function, mode = job["function"], "__main__" if job["function"] is None else "solution"
-    g = {"__name__": mode, "__builtins__": __builtins__}
-    try:
-        exec(compile(job["source"], "<solution>", "exec"), g)
-    except SystemExit as e:
-        if function is not None or e.code not in (None, 0):
-            emit("load", {"error": describe(e)})
-            emit("done", {})
-            os._exit(0)
-    except BaseException as e:
-        emit("load", {"error": describe(e)})
-        emit("done", {})
-        os._exit(0)
-    if function is None:
-        emit("load", {})
-        emit("done", {})
-        os._exit(0)
-    fn = g.get(function)
-    if not callable(fn):
-        emit("load", {"error": "NameError: function %r is not defined" % function, "missing": True})
-        emit("done", {})
-        os._exit(0)
-    emit("load", {})
-    for i, call in enumerate(job["calls"]):
-        try:
-            value = encode(fn(*literal_eval(call)))
-        except BaseException as e:
-            emit("call", {"i": i, "error": describe(e)})
-        else:
-            emit("call", {"i": i, "value": value})
-    emit("done", {})
-    os._exit(0)
-_main()
-"""
+def _program(name: str) -> str:
+    return files(__package__).joinpath("sandbox_programs").joinpath(f"{name}.py").read_text(
+        encoding="utf-8")
 
+
+_LAUNCHER = _program("launcher")
+_RUNNER = _program("runner")
 # A program that reports which layers took effect inside the sandbox (used by the probe).
-_PROBE = r"""
-import os, json
-facts = {"uid": os.getuid(), "pid": os.getpid()}
-try:
-    with open("/proc/net/dev") as fh:
-        facts["ifaces"] = sorted(l.split(":")[0].strip() for l in fh.readlines()[2:])
-except OSError:
-    facts["ifaces"] = None
-def writable(path):
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(path)
-    return True
-facts["root_writable"] = writable("/.ragen2-probe-%d" % os.getpid())
-facts["tmp"] = sorted(os.listdir("/tmp"))
-facts["cwd_writable"] = writable("probe-file")
-print("PROBE " + json.dumps(facts))
-"""
+_PROBE = _program("probe")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,49 +1,32 @@
-"""The building blocks of the self-contained HTML reports: escaping, tables, embedded PNG figures.
+"""The self-contained HTML reports' rendering: Jinja2 templates with autoescaping.
 
-Every page is one file with no external reference (no script, font or stylesheet to fetch):
-figures are PNGs embedded as ``data:image/png;base64`` URIs, the style sheet is inline. Anything
-that came from a run (model text, prompts, override values, file names) goes through :func:`esc`.
+The templates (``ragen2/analysis/templates/``, package data) are the pages: ``page.html.j2`` the
+document shell with the inline style sheet ``report.css``, ``run.html.j2`` and ``sweep.html.j2``
+the two reports, ``macros.html.j2`` tables, figures and sample cells. Every page is one file with
+no external reference (no script, font or stylesheet to fetch): figures are PNGs embedded as
+``data:image/png;base64`` URIs. Every ``{{ value }}`` is escaped, so anything that came from a
+run (model text, prompts, override values, file names) is text; only ``Markup`` (HTML built by a
+template or by :func:`ragen2.analysis.report_samples.highlight`) passes as it is. The escaping is
+the standard library's :func:`html.escape` (``&quot;``, ``&#x27;``), as before the templates.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MISSING", "esc", "fmt", "page", "png_bytes", "png_img", "table"]
+import jinja2
+from markupsafe import Markup
+
+__all__ = ["MISSING", "Markup", "esc", "fmt", "macro", "page", "png_bytes", "png_img", "render",
+           "table"]
 
 MISSING = "—"
-
-CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px; color: #222;
-       padding: 0 1em; }
-h1 { font-size: 1.5em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
-code, pre { font: 12px/1.4 ui-monospace, monospace; }
-pre { white-space: pre-wrap; word-break: break-word; background: #f6f6f6; padding: .4em; margin: 0; }
-table { border-collapse: collapse; margin: .5em 0; }
-th, td { border: 1px solid #ddd; padding: .25em .5em; vertical-align: top; }
-th { background: #f0f0f0; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.figures { display: flex; flex-wrap: wrap; gap: 1em; } .figures figure { flex: 0 1 600px; }
-figure { margin: 0; max-width: 820px; } figure.wide { max-width: 100%; }
-figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { font-size: 12px; color: #555; }
-.missing { color: #888; font-style: italic; }
-.scroll { overflow-x: auto; }
-table.samples { table-layout: fixed; width: 100%; } table.samples th:first-child { width: 14%; }
-table.samples td:first-child code { word-break: break-all; }
-.reasoning { white-space: pre-wrap; word-break: break-word; }
-.answer { color: #555; font-size: 12px; margin-top: .2em; }
-ol.samples { padding-left: 1.5em; margin: .3em 0; } ol.samples li { margin-bottom: .6em; }
-mark { background: #ffe08a; }
-.diag-healthy { background: #e3f4e1; } .diag-template_collapse { background: #f9d3d0; }
-.diag-overfitting { background: #fbe8c8; } .diag-underfitting { background: #dfe5f7; }
-.notes li { color: #7a4b00; }
-"""
 
 
 def esc(value: Any) -> str:
@@ -62,16 +45,34 @@ def fmt(v: Any, digits: int = 3) -> str:
     return MISSING
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, id: str | None = None,
-          cls: str | None = None, numeric: Sequence[bool] | None = None) -> str:
-    """An HTML table. ``headers`` are escaped here; cells are HTML already (escape them first).
+def _escape(value: Any) -> Any:
+    """Every ``{{ value }}``: Markup as it is, anything else through :func:`esc`."""
+    return value if hasattr(value, "__html__") else Markup(esc(value))
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("ragen2.analysis", "templates"),
+                              autoescape=True, finalize=_escape, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined)
+
+
+def render(template: str, **context: Any) -> str:
+    """The page ``templates/<template>`` rendered with ``context``."""
+    return environment().get_template(template).render(**context)
+
+
+def macro(name: str) -> Any:
+    """A macro of ``macros.html.j2``, callable from Python; it returns Markup."""
+    return getattr(environment().get_template("macros.html.j2").module, name)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, id: str | None = None,
+          cls: str | None = None, numeric: Sequence[bool] | None = None) -> Markup:
+    """An HTML table. ``headers`` are escaped; so is every cell that is not ``Markup``.
     ``numeric[i]`` right-aligns column i."""
-    attrs = (f' id="{esc(id)}"' if id else "") + (f' class="{esc(cls)}"' if cls else "")
-    num = list(numeric) if numeric is not None else [False] * len(headers)
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if n else f"<td>{c}</td>"
-                                    for c, n in zip(r, num)) + "</tr>" for r in rows)
-    return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return macro("table")(list(headers), [list(r) for r in rows], id=id, cls=cls,
+                          numeric=None if numeric is None else list(numeric))
 
 
 def png_bytes(fig, dpi: int = 90) -> bytes:
@@ -84,18 +85,11 @@ def png_bytes(fig, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def png_img(png: bytes, alt: str, *, id: str | None = None) -> str:
+def png_img(png: bytes, alt: str, *, id: str | None = None) -> Markup:
     """An ``<img>`` whose source is the PNG itself (a data URI)."""
-    data = base64.b64encode(png).decode("ascii")
-    ident = f' id="{esc(id)}"' if id else ""
-    return f'<img{ident} class="figure" alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+    return macro("img")(base64.b64encode(png).decode("ascii"), alt, id=id)
 
 
 def page(title: str, body: str) -> str:
     """A complete HTML document: the inline style sheet and ``body`` (HTML)."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            # nothing to fetch: forbid it outright, so a stray reference fails loudly
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-            "img-src data:; style-src 'unsafe-inline'\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+    return render("page.html.j2", title=title, body=Markup(body))
