@@ -8,7 +8,8 @@ compare every logged metric (issue 29 item 6; issue 31 item 1 at ``trainer.max_s
     # 3. compare (writes the JSON document named by --json)
     python benchmarks/metrics_identity.py compare /tmp/id/before /tmp/id/after --json results/x.json
 
-``run`` starts ``ragen2.train`` with the checkout first on ``PYTHONPATH`` (Ray workers and the
+``run`` starts ``ragen2.train`` with the checkout (and links naming its ``envs/`` and ``configs/`` as
+``ragen2_envs`` / ``ragen2_configs``) first on ``PYTHONPATH`` (Ray workers and the
 learner's spawned ranks inherit it), the default config plus ``trainer.total_steps`` (5) and any
 extra overrides, an empty ``RAGEN2_CACHE`` and ``hydra.run.dir=<out>``. ``compare`` reads both
 ``metrics.jsonl`` files and reports, per metric, the largest absolute and relative difference over
@@ -29,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 WALL_CLOCK_PREFIXES = ("timing/",)
+PACKAGE_DIRS = {"ragen2_envs": "envs", "ragen2_configs": "configs"}
 WALL_CLOCK_SUFFIXES = ("_s", "/tokens_per_s", "/episodes_per_s", "_per_s")
 
 
@@ -40,7 +42,13 @@ def run(checkout: Path, out: Path, steps: int, overrides: list[str], python: str
     checkout = checkout.resolve()
     out = out.resolve()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(checkout), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # the installed names that map to other folders (pyproject's package-dir): an editable install
+    # would resolve them to its own checkout, so they are linked to this one's, first on the path
+    shim = Path(tempfile.mkdtemp(prefix="ragen2-identity-path-"))
+    for name, folder in PACKAGE_DIRS.items():
+        (shim / name).symlink_to(checkout / folder)
+    env["PYTHONPATH"] = os.pathsep.join([str(shim), str(checkout), env.get("PYTHONPATH", "")]
+                                        ).rstrip(os.pathsep)
     env["RAGEN2_CACHE"] = tempfile.mkdtemp(prefix="ragen2-identity-cache-")
     env.setdefault("RAY_AUTH_MODE", "disabled")
     cmd = [python, "-m", "ragen2.train", f"trainer.total_steps={steps}", f"hydra.run.dir={out}",
