@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Collection
 
+from ragen2 import atomic
+
 STATE_FILE = "trainer_state.json"
 _NAME = re.compile(r"step_\d{6,}")
 
@@ -53,16 +55,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(payload, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """``payload`` as indented, key-sorted JSON at ``path``, atomically (:mod:`ragen2.atomic`)."""
+    atomic.write_json(path, payload, indent=1, sort_keys=True)
 
 
 def commit(tmp: Path, step: int, trainer_state: dict[str, Any]) -> Path:
