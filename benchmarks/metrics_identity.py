@@ -51,6 +51,7 @@ def run(checkout: Path, out: Path, steps: int, overrides: list[str], python: str
                                         ).rstrip(os.pathsep)
     env["RAGEN2_CACHE"] = tempfile.mkdtemp(prefix="ragen2-identity-cache-")
     env.setdefault("RAY_AUTH_MODE", "disabled")
+    env.setdefault("RAY_worker_niceness", "0")  # Ray's default 15 starves the run beside other work
     cmd = [python, "-m", "ragen2.train", f"trainer.total_steps={steps}", f"hydra.run.dir={out}",
            *overrides]
     print("+", " ".join(cmd), f"(cwd {checkout}, RAGEN2_CACHE {env['RAGEN2_CACHE']})", flush=True)
