@@ -9,18 +9,21 @@ prints the same report as the first test.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
 import networkx as nx
-from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_import_linter_contracts_are_kept(capsys):
-    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
-    assert code == 0, capsys.readouterr().out
+def test_import_linter_contracts_are_kept():
+    # in its own process: import-linter's command configures logging and so disables every logger
+    # that already exists, ragen2's included, for the rest of a test session
+    r = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:

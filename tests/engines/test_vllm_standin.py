@@ -129,7 +129,7 @@ def test_sleep_mode_never_holds_two_copies_of_the_weights(standin_vllm):
     ctl.cfg = Config()
     ctl.cfg.engine.sleep_mode = True
     ctl.version, ctl.probe, ctl.checksum_names = 1, None, []
-    ctl.learners = SimpleNamespace(call=lambda method: llm.events.append(method))
+    ctl.learners = SimpleNamespace(release_cuda_cache=lambda: llm.events.append("release_cuda_cache"))
     ctl.pool = SimpleNamespace(actors=[worker], max_restarts=0,
                                call_all=lambda m, *a: [getattr(worker, m)(*a)])
     ctl.sync = SimpleNamespace(push=lambda v: engine.load_weights(weights, v) or {})
