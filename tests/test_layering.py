@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_import_linter_contracts_are_kept():
     # in its own process: import-linter's command configures logging and so disables every logger
     # that already exists, ragen2's included, for the rest of a test session
-    r = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
