@@ -16,6 +16,7 @@ rest, the same way for every grid:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import gymnasium as gym
@@ -28,7 +29,7 @@ __all__ = ["GridTextEnv"]
 _MAX_ECHO = 30  # longest invalid action echoed back verbatim
 
 
-class GridTextEnv(gym.Env):
+class GridTextEnv(gym.Env, ABC):
     """A square text board, a player and one-word moves; see the module docstring."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -50,10 +51,12 @@ class GridTextEnv(gym.Env):
         self._success = False
 
     # ------------------------------------------------------------------ what a grid defines
+    @abstractmethod
     def _new_episode(self, options: dict[str, Any] | None) -> None:
         """Draw (from ``self.np_random``) or load this episode's board; place the player."""
         raise NotImplementedError
 
+    @abstractmethod
     def _advance(self, name: str | None) -> tuple[float, Any]:
         """One counted step: ``name`` is the parsed action, None when the action was invalid.
 
@@ -62,13 +65,16 @@ class GridTextEnv(gym.Env):
         """
         raise NotImplementedError
 
+    @abstractmethod
     def _info(self, valid: bool, detail: Any) -> dict[str, Any]:
         """``info`` of a step; ``detail`` is None for a step after the episode ended."""
         raise NotImplementedError
 
+    @abstractmethod
     def _board_text(self) -> str:
         raise NotImplementedError
 
+    @abstractmethod
     def _status_text(self) -> str:
         raise NotImplementedError
 

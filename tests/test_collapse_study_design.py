@@ -4,22 +4,15 @@ the pre-registered hypotheses naming arms and series that exist. No run: the ove
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from ragen2.analysis.study import SERIES
-
-RUNNER = Path(__file__).resolve().parents[1] / "benchmarks" / "collapse_study" / "run.py"
+from tests.scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("collapse_study_run", RUNNER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("collapse_study/run.py", "collapse_study_run")
 
 
 def _settings(study, design="v2", variant="default"):

@@ -3,21 +3,15 @@ hand-made inputs (no model is loaded; speed itself is measured there, never asse
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "real_models_speed.py"
+from tests.scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def rms():
-    spec = importlib.util.spec_from_file_location("real_models_speed", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("real_models_speed.py", "real_models_speed")
 
 
 def test_update_batch_trains_exactly_the_replies(rms):
