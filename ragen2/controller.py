@@ -29,6 +29,7 @@ from ragen2.learner.settings import LearnerSettings
 from ragen2.metrics import MetricsLogger
 from ragen2.models.tiny import default_cache_root
 from ragen2.preempt import StopSignal
+from ragen2.rollout.archive import save_outcomes, save_rollouts
 from ragen2.rollout.envs import EnvEntry, allocate, assign, eval_entries, train_entries
 from ragen2.rollout.pool import WorkerPool
 from ragen2.rollout.runner import EpisodeSpec
@@ -260,7 +261,8 @@ class Controller:
 
     def evaluate(self, step: int) -> Evaluation:
         """Held-out success and ``eval/*``; a few episodes are written to
-        ``samples/eval_step_XXXXXX.jsonl``."""
+        ``samples/eval_step_XXXXXX.jsonl`` and every episode's outcome to
+        ``evaluations/step_XXXXXX.jsonl`` (:func:`ragen2.rollout.archive.save_outcomes`)."""
         t0 = time.perf_counter()
         specs = self.episode_specs(self.eval_envs, self.cfg.trainer.eval_episodes, 1,
                                    seeding.eval_seed)
@@ -275,6 +277,7 @@ class Controller:
         with open(samples / f"eval_step_{step:06d}.jsonl", "w") as f:
             for t in _spread(trajs, self.cfg.trainer.log_samples):
                 f.write(json.dumps(t.as_text_record()) + "\n")
+        save_outcomes(self.run_dir / "evaluations" / f"step_{step:06d}.jsonl", trajs)
         return Evaluation(success_rate(trajs), out)
 
     def _checksum_names(self) -> list[str]:
@@ -600,8 +603,6 @@ class Controller:
         metrics.update(selection.metrics)
         c = self.cfg
         if c.trainer.save_rollouts_every and step % c.trainer.save_rollouts_every == 0:
-            from ragen2.rollout.archive import save_rollouts
-
             save_rollouts(self.run_dir, step, trajs, keep, c.trainer.save_rollouts_max_mb, self.eos_text)
         kept = [t for t in trajs if t.group_id in keep]
         if not kept:

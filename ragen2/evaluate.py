@@ -7,7 +7,7 @@ evaluation sampling seed, by one rollout worker in this process (no Ray, no lear
 is first exported to a model folder (:mod:`ragen2.export`) and evaluated under its run's config;
 a model is evaluated under the config the overrides compose (``model=smollm2``,
 ``model=hf model.path=DIR``). The result goes to ``OUT/eval.json`` with a few episodes as text in
-``OUT/samples.jsonl``.
+``OUT/samples.jsonl`` and every episode's outcome in ``OUT/outcomes.jsonl``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ log = logging.getLogger("ragen2")
 
 def evaluate_model(cfg, model_path: str, out: str | Path) -> dict[str, float]:  # noqa: ANN001
     """Evaluate the model at ``model_path`` under ``cfg``'s evaluation settings; writes
-    ``out/eval.json`` and ``out/samples.jsonl`` and returns the ``eval/*`` metrics."""
+    ``out/eval.json``, ``out/samples.jsonl`` and ``out/outcomes.jsonl`` and returns the ``eval/*`` metrics."""
     from ragen2 import seeding
     from ragen2.controller import _spread, check_env_errors, rollout_metrics
+    from ragen2.rollout.archive import save_outcomes
     from ragen2.rollout.envs import assign, eval_entries
     from ragen2.rollout.runner import EpisodeSpec
     from ragen2.rollout.worker import RolloutWorker
@@ -50,6 +51,7 @@ def evaluate_model(cfg, model_path: str, out: str | Path) -> dict[str, float]:  
     with open(out / "samples.jsonl", "w") as f:
         for t in _spread(trajs, cfg.trainer.log_samples):
             f.write(json.dumps(t.as_text_record()) + "\n")
+    save_outcomes(out / "outcomes.jsonl", trajs)
     (out / "eval.json").write_text(json.dumps({"model": model_path, "episodes": n, **metrics},
                                               indent=1, sort_keys=True) + "\n")
     return metrics

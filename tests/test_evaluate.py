@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 from ragen2.evaluate import evaluate_model, main
+from ragen2.rollout.archive import load_outcomes
+from ragen2.seeding import eval_seed
 from ragen2.glossary import describe
 from ragen2.train import load_config
 
@@ -22,6 +24,10 @@ def test_a_model_is_evaluated_on_held_out_seeds(tiny_model_path, tmp_path, capsy
     assert saved["eval/num_turns_mean"] <= 2
     assert all(describe(k) for k in saved if "/" in k)
     assert len((tmp_path / "a" / "samples.jsonl").read_text().splitlines()) == 2
+    # every episode's outcome, keyed by its held-out seed, agrees with the success rate
+    outcomes = load_outcomes(tmp_path / "a" / "outcomes.jsonl")
+    assert len(outcomes) == 4 and {seed for _, seed in outcomes} == {eval_seed(i) for i in range(4)}
+    assert sum(outcomes.values()) / 4 == saved["eval/success"]
     # the evaluation's sampling seed is fixed: the same model scores the same episodes again
     again = evaluate_model(load_config([*model, *OVERRIDES]), tiny_model_path, tmp_path / "b")
     assert again["eval/reward_mean"] == saved["eval/reward_mean"]

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from ragen2.rollout.archive import load_outcomes
 from ragen2.train import load_config, train
 from tests.runs import resumable_copy, rows, small, without_timing
 
@@ -29,6 +30,10 @@ def test_four_steps_log_metrics_and_checkpoint(four_steps):
         assert r[step]["sync/probe_logprob_gap"] < 1e-3
         assert r[step]["actor/policy_version"] == step
     assert "eval/success" in r[0] and "eval/success" in r[4]
+    for step in (0, 4):  # every held-out episode's outcome, on the same held-out seeds
+        outcomes = load_outcomes(four_steps / "evaluations" / f"step_{step:06d}.jsonl")
+        assert sum(outcomes.values()) / len(outcomes) == pytest.approx(r[step]["eval/success"])
+    assert load_outcomes(four_steps / "evaluations" / "step_000000.jsonl").keys() == outcomes.keys()
     assert r[0]["sync/probe_logprob_gap"] < 1e-3  # the first sync, after the warm start
     latest = json.loads((four_steps / "checkpoints" / "latest.json").read_text())
     assert latest["step"] == 4

@@ -5,6 +5,11 @@
 ``responses``, ``actions`` (the parsed ``<answer>`` per turn, null when unparsable), ``reward``,
 ``success``, ``kept`` (survived the group filter) and ``env_error``. Files are written atomically;
 the oldest are deleted once the directory exceeds its size budget. ``ragen2-analyze`` reads them.
+
+Evaluation outcomes: ``RUN_DIR/evaluations/step_000000.jsonl`` (and ``OUT/outcomes.jsonl`` of
+``ragen2 eval``), one small line per held-out episode (``env``, ``env_seed``, ``reward``,
+``success``, ``env_error``), every episode, so two evaluations on the same held-out seeds can be
+compared problem by problem (a paired interval: ``ragen2.analysis.run_stats.paired_difference``).
 """
 
 from __future__ import annotations
@@ -49,3 +54,30 @@ def save_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory],
         total -= oldest.stat().st_size
         oldest.unlink()
     return path
+
+
+def outcome_record(t: Trajectory) -> dict:
+    return {"env": t.env_name, "env_seed": t.env_seed, "reward": t.reward,
+            "success": bool(t.success), "env_error": t.env_error}
+
+
+def save_outcomes(path: Path, trajs: Sequence[Trajectory]) -> Path:
+    """Write every episode's outcome (:func:`outcome_record`) to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as f:
+        for t in trajs:
+            f.write(json.dumps(outcome_record(t)) + "\n")
+    return path
+
+
+def load_outcomes(path: Path) -> dict[tuple[str, int], float]:
+    """``{(env, env_seed): success as 0.0 / 1.0}`` of an outcomes file (episodes with an env error
+    left out)."""
+    out: dict[tuple[str, int], float] = {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r["env_error"] is None:
+                out[(r["env"], int(r["env_seed"]))] = float(r["success"])
+    return out
