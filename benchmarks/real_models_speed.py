@@ -144,9 +144,10 @@ def update_batch(prompts: list[list[int]], group: int, reply_tokens: int, versio
 
 
 def learner(cfg: Any, threads: int) -> Any:
+    from ragen2.controller import learner_settings
     from ragen2.learner.rank import LearnerRank
 
-    r = LearnerRank(cfg, _path(), 0, 1, threads=threads)
+    r = LearnerRank(cfg, _path(), 0, 1, threads=threads, settings=learner_settings(cfg))
     r.setup("127.0.0.1", free_port())
     return r
 
