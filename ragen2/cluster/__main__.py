@@ -68,9 +68,10 @@ def _host(cfg, host_gib: Optional[float]) -> int:  # noqa: ANN001  (a Config)
               "shape, or /proc/meminfo unreadable)", file=sys.stderr)
         return 2
     print(b.describe())
-    print(f"learner: learner.micro_batch_tokens={cfg.learner.micro_batch_tokens}, "
+    print(f"planned: learner.micro_batch_tokens={cfg.learner.micro_batch_tokens}, "
           f"learner.activation_checkpointing={cfg.learner.activation_checkpointing}, "
-          f"model.dtype={cfg.model.dtype}")
+          f"model.dtype={cfg.model.dtype}"
+          + (f", engine.hf_max_batch={cfg.engine.hf_max_batch}" if cfg.engine.name == "hf" else ""))
     for w in b.warnings:
         print(f"warning: {w}")
     if b.fits:
