@@ -56,8 +56,9 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ragen2.cluster.host import HostMemory, host_memory
 from ragen2.cluster.shapes import ModelShape, model_shape
@@ -258,6 +259,21 @@ def estimate_host_memory(cfg: Config, host: HostMemory, shape: Optional[ModelSha
     return b
 
 
+_PLANNING_HOST: Optional[HostMemory] = None
+
+
+@contextmanager
+def planning_host(host: HostMemory) -> Iterator[None]:
+    """Within it, :func:`plan_host_memory` plans for ``host`` instead of this machine (``python -m
+    ragen2.cluster --host-gib``: the knobs ``load_config`` resolves, for another machine)."""
+    global _PLANNING_HOST
+    before, _PLANNING_HOST = _PLANNING_HOST, host
+    try:
+        yield
+    finally:
+        _PLANNING_HOST = before
+
+
 def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
                      shape: Optional[ModelShape] = None) -> dict[str, Any]:
     """``{learner.activation_checkpointing, learner.micro_batch_tokens, engine.hf_max_batch}``
@@ -275,7 +291,7 @@ def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
     open_batch = hf and cfg.engine.hf_max_batch is None
     if all(v is not None for k, v in fixed.items() if k != BATCH) and not open_batch:
         return fixed
-    host = host or host_memory()
+    host = host or _PLANNING_HOST or host_memory()
     shape = shape or model_shape(cfg)
     if cfg.cluster.device != "cpu" or host is None or shape is None:
         return {k: FALLBACK[k] if v is None and (k != BATCH or hf) else v
