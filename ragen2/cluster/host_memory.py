@@ -7,9 +7,10 @@ workers (each with its engine). :func:`estimate_host_memory` adds up what each n
 term by term (:class:`HostBudget`); :func:`plan_host_memory` picks ``learner.micro_batch_tokens``
 and ``learner.activation_checkpointing`` where the config leaves them ``null`` (the fastest pair
 that fits, see :data:`CANDIDATES`), and with ``engine=hf`` ``engine.hf_max_batch`` (256, or the
-largest batch that fits when no learner setting fits 256); :func:`host_memory_problems` is the preflight's refusal, with
-the numbers and the keys to change. The GPU estimate is :mod:`ragen2.cluster.memory`; the shapes
-and the per-token activation bytes ``a`` are shared with it (:mod:`ragen2.cluster.shapes`).
+largest batch that fits when no learner setting fits 256); :func:`host_memory_problems` is the
+preflight's refusal, with the numbers and the keys to change. The GPU estimate is
+:mod:`ragen2.cluster.memory`; the shapes and the per-token activation bytes ``a`` are shared with
+it (:mod:`ragen2.cluster.shapes`).
 
 **The formula** (bytes; P = parameters of the policy, P_c = of the critic, W = learner ranks, c =
 compute bytes: 4 in fp32, 2 in bf16 (``model.dtype=bfloat16``: FSDP2 mixed precision, fp32 master
@@ -83,8 +84,8 @@ BATCH = "engine.hf_max_batch"
 CANDIDATES: tuple[tuple[bool, int], ...] = (
     (False, 4096), (False, 2048), (False, 1024),
     (True, 4096), (True, 2048), (True, 1024), (True, 512))
-__all__ = ["CANDIDATES", "HF_MAX_BATCH", "HostBudget", "estimate_host_memory", "host_memory_problems",
-           "plan_host_memory"]
+__all__ = ["CANDIDATES", "HF_MAX_BATCH", "HostBudget", "estimate_host_memory",
+           "host_memory_problems", "plan_host_memory", "planning_host"]
 
 
 @dataclass
@@ -384,9 +385,9 @@ def fix_advice(cfg: Config, b: HostBudget) -> str:
         seqs = hf_sequences(cfg)
         kv = next((v for k, v in b.engine.items() if k.startswith("KV of")), 0.0)
         if seqs > 1:  # one sequence at a time: the KV cache is no lever any more
-            out.append(f"a smaller engine.hf_max_batch (now {cfg.engine.hf_max_batch or HF_MAX_BATCH}"
-                       f": {seqs} sequences at once, KV {gib(kv)} at "
-                       f"{cfg.rollout.max_context_tokens} tokens each)")
+            batch = cfg.engine.hf_max_batch or HF_MAX_BATCH
+            out.append(f"a smaller engine.hf_max_batch (now {batch}: {seqs} sequences at once, "
+                       f"KV {gib(kv)} at {cfg.rollout.max_context_tokens} tokens each)")
             out.append("engine=vllm (a fixed KV cache; it queues what does not fit)")
             out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes})")
     elif cfg.engine.cpu_kvcache_gb > 1:

@@ -339,3 +339,17 @@ def test_nothing_fits_plans_one_sequence_and_the_refusal_names_the_batch():
     problems, _ = hm.host_memory_problems(fixed, tiny_host)
     assert "a smaller engine.hf_max_batch (now 64: 64 sequences at once, KV 2.8 GiB at 1024 " \
            "tokens each)" in problems[0]
+
+
+def test_smollm2_on_the_hf_engine_fits_a_quiet_24gb_machine():
+    """docs/how-to/memory.md's figures: model=smollm2 engine=hf, nothing else set, on this 23.5 GiB
+    machine with 21 GiB available: the batch shrinks from 256 (28.5 GiB) to 30 (19.8 GiB)."""
+    quiet = HostMemory(total=int(23.5 * GiB), available=21 * GiB)
+    with hm.planning_host(quiet):
+        cfg = load_config(["model=smollm2", "engine=hf", "model.dtype=bfloat16"])
+    assert cfg.engine.hf_max_batch == 30 and cfg.learner.activation_checkpointing
+    b = hm.estimate_host_memory(cfg, quiet)
+    assert b.fits and b.need / GiB == pytest.approx(19.8, abs=0.05)
+    full = hm.estimate_host_memory(cfg, quiet, batch=256)
+    assert full.need / GiB == pytest.approx(28.5, abs=0.05)
+    assert hm.estimate_host_memory(cfg, quiet, batch=31).need > b.room
