@@ -7,8 +7,8 @@ workers (each with its engine). :func:`estimate_host_memory` adds up what each n
 term by term (:class:`HostBudget`); :func:`plan_host_memory` picks ``learner.micro_batch_tokens``
 and ``learner.activation_checkpointing`` where the config leaves them ``null`` (the fastest pair
 that fits, see :data:`CANDIDATES`), and with ``engine=hf`` ``engine.hf_max_batch`` (256, or the
-largest batch that fits when no learner setting fits 256); :func:`host_memory_problems` is the
-preflight's refusal, with the numbers and the keys to change. The GPU estimate is
+largest of :data:`HF_BATCHES` that fits when no learner setting fits 256);
+:func:`host_memory_problems` is the preflight's refusal, with the numbers and the keys to change. The GPU estimate is
 :mod:`ragen2.cluster.memory`; the shapes and the per-token activation bytes ``a`` are shared with
 it (:mod:`ragen2.cluster.shapes`).
 
@@ -77,6 +77,10 @@ SCORE_CHUNK = 64  # continuations per scoring forward before monitor.score_token
 #: the HF engine's batch when ``engine.hf_max_batch`` is null and 256 fits (or on CUDA, or with no
 #: estimate): what it always was, so a job that fits generates exactly the samples it did before
 HF_MAX_BATCH = 256
+#: the batches the plan chooses from below that (powers of 2 and 1.5x them): a coarse grid, so a
+#: few hundred MB more or less free memory at launch rarely changes the batch, and with it which
+#: samples a seed draws
+HF_BATCHES = (192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1)
 BATCH = "engine.hf_max_batch"
 #: (activation checkpointing, micro-batch tokens), fastest first: without recomputation any
 #: micro-batch of >= 1k tokens keeps both CPU cores busy, so recomputation (~+30% of a step) is
@@ -280,12 +284,13 @@ def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
     """``{learner.activation_checkpointing, learner.micro_batch_tokens, engine.hf_max_batch}``
     for the knobs ``cfg`` leaves null (the batch only with ``engine=hf``; with vLLM it stays as
     set): the first of :data:`CANDIDATES` (fixed knobs held) whose estimate fits. A null HF batch
-    is given up last: the largest batch that fits with any candidate, capped at the worker's
-    episodes, and the fastest candidate at that batch; a batch that holds every episode (or 256 of
-    them) is planned as :data:`HF_MAX_BATCH`, what the engine always used, so a job that fitted
-    before samples exactly as before. When nothing fits, the pair that needs least (with a batch
-    of 1), which the preflight then refuses naming what to set. Knobs set in the config are
-    returned as they are; on CUDA, or with no estimate, null knobs get :data:`FALLBACK`."""
+    is given up last: the largest batch that fits with any candidate (the worker's episodes, else
+    the largest of :data:`HF_BATCHES` below them), and the fastest candidate at that batch; a
+    batch that holds every episode (or 256 of them) is planned as :data:`HF_MAX_BATCH`, what the
+    engine always used, so a job that fitted before samples exactly as before. When nothing fits
+    even one sequence at a time, the pair that needs least and a batch of 256, which the
+    preflight then refuses naming what to set. Knobs set in the config are returned as they are;
+    on CUDA, or with no estimate, null knobs get :data:`FALLBACK`."""
     lc, hf = cfg.learner, cfg.engine.name == "hf"
     fixed = {"learner.activation_checkpointing": lc.activation_checkpointing,
              "learner.micro_batch_tokens": lc.micro_batch_tokens, BATCH: cfg.engine.hf_max_batch}
@@ -327,7 +332,7 @@ def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
         full = hf_sequences(cfg, HF_MAX_BATCH)
         best = (0, None)
         for ck, mb in distinct:
-            top = _largest_batch(lambda x: fits(ck, mb, x), full)
+            top = next((x for x in (full, *HF_BATCHES) if x <= full and fits(ck, mb, x)), 0)
             if top > best[0]:
                 best = (top, (ck, mb))
             if top == full:
@@ -335,24 +340,13 @@ def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
         top, pair = best
         if pair is not None:
             return plan(*pair, HF_MAX_BATCH if top == full else top)
-    least = 1 if open_batch else cfg.engine.hf_max_batch
-    needs = [(estimate_host_memory(cfg, host, shape, ckpt=ck, mbt=mb, batch=least).need, ck, mb)
+    # nothing fits: the pair that needs least (the engine's term is the same for every pair) and
+    # the batch as it always was, so cluster.memory_check=false launches what it did before
+    batch = HF_MAX_BATCH if open_batch else cfg.engine.hf_max_batch
+    needs = [(estimate_host_memory(cfg, host, shape, ckpt=ck, mbt=mb, batch=batch).need, ck, mb)
              for ck, mb in distinct]
     _, ck, mb = min(needs)
-    return plan(ck, mb, least)
-
-
-def _largest_batch(fits: Any, top: int) -> int:
-    """The largest batch in [1, ``top``] for which ``fits(batch)`` holds (need grows with the
-    batch); 0 when not even one sequence fits."""
-    lo, hi = 0, top
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return plan(ck, mb, batch)
 
 
 #: what null knobs become without a host estimate (CUDA: the pretrained recipe's values; the HF

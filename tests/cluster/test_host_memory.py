@@ -256,25 +256,26 @@ def host_with_room(room: float) -> HostMemory:
 
 
 def test_the_plan_shrinks_the_hf_batch_by_hand():
-    """Room for the base and 40.5 sequences: the largest batch that fits is 40 (of 128 episodes).
+    """Room for the base and 50.5 sequences: 50 would fit, the grid's largest below is 48.
     BASE = 4.2 GiB + 24 x 134,515,008 + 2048 x 1,198,080 + 2048 x 1,179,648 = 12,607,662,797 B
     (11.74 GiB); a sequence 47,185,920 (KV) + 786,432 (sampler) = 47,972,352 B; the room
-    12,607,662,797 + 40.5 x 47,972,352 = 14,550,543,053 B (13.55 GiB), on a 16 GiB host with
-    15,409,536,512 B (14.35 GiB) available."""
+    12,607,662,797 + 50.5 x 47,972,352 = 15,030,266,573 B (14.00 GiB), on a 16 GiB host with
+    15,889,260,032 B (14.80 GiB) available; the need at 48: 14,910,335,693 B (13.89 GiB)."""
     cfg = hf_cfg()
     assert PER_SEQ == 47_972_352 and BASE == pytest.approx(12_607_662_796.8)
-    host = host_with_room(BASE + 40.5 * PER_SEQ)
-    assert host.available == 15_409_536_512
+    host = host_with_room(BASE + 50.5 * PER_SEQ)
+    assert host.available == 15_889_260_032
     full = hm.estimate_host_memory(cfg, host)  # null: 256, i.e. all 128 episodes at once
     assert full.engine["KV of 128 sequences"] == 128 * 1024 * 46_080
     assert full.need == pytest.approx(BASE + 128 * PER_SEQ) and not full.fits
     plan = hm.plan_host_memory(cfg, host)
     assert plan == {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 2048,
-                    "engine.hf_max_batch": 40}
+                    "engine.hf_max_batch": 48}
     b = hm.estimate_host_memory(hm.apply_plan(cfg, plan), host)
-    assert b.need == pytest.approx(BASE + 40 * PER_SEQ) == pytest.approx(14_526_556_877)
-    assert b.fits and "KV of 40 sequences (engine.hf_max_batch; 128 episodes)" in b.engine
-    assert not hm.estimate_host_memory(cfg, host, batch=41).fits
+    assert b.need == pytest.approx(BASE + 48 * PER_SEQ) == pytest.approx(14_910_335_693)
+    assert b.fits and "KV of 48 sequences (engine.hf_max_batch; 128 episodes)" in b.engine
+    assert hm.estimate_host_memory(cfg, host, batch=50).fits  # off the grid (hm.HF_BATCHES)
+    assert not hm.estimate_host_memory(cfg, host, batch=51).fits
 
 
 def test_the_plan_keeps_256_when_it_fits_and_on_cuda():
@@ -320,36 +321,43 @@ def test_the_hf_batch_is_given_up_last():
     assert hm.plan_host_memory(cfg, host) == {
         "learner.activation_checkpointing": False, "learner.micro_batch_tokens": 1024,
         "engine.hf_max_batch": 256}
-    # room for 40 sequences with checkpointing, 17 without: checkpointing and 40
-    host = host_with_room(need(True, 1024, 40) + PER_SEQ / 2)
-    assert need(False, 1024, 17) < room(host.available) < need(False, 1024, 18)
+    # room for 48 sequences with checkpointing, 25 without: checkpointing and 48 (not 24)
+    host = host_with_room(need(True, 1024, 48) + PER_SEQ / 2)
+    assert need(False, 1024, 25) < room(host.available) < need(False, 1024, 26)
     assert hm.plan_host_memory(cfg, host) == {
         "learner.activation_checkpointing": True, "learner.micro_batch_tokens": 1024,
-        "engine.hf_max_batch": 40}
+        "engine.hf_max_batch": 48}
 
 
-def test_nothing_fits_plans_one_sequence_and_the_refusal_names_the_batch():
+def test_nothing_fits_keeps_256_and_the_refusal_names_the_batch():
+    """Not even one sequence at a time fits: the batch stays 256 (memory_check=false launches what
+    it did before the key existed) and the refusal names it among the fixes, with its KV."""
     cfg = hf_cfg()
     tiny_host = HostMemory(total=8 * GiB, available=4 * GiB)
+    assert not hm.estimate_host_memory(cfg, tiny_host, batch=1).fits
     plan = hm.plan_host_memory(cfg, tiny_host)
-    assert plan["engine.hf_max_batch"] == 1  # the least it can need; still refused
+    assert plan["engine.hf_max_batch"] == 256
     problems, _ = hm.host_memory_problems(hm.apply_plan(cfg, plan), tiny_host)
-    assert len(problems) == 1 and "engine.hf_max_batch" not in problems[0].split("fix:")[1]
-    fixed = hm.apply_plan(cfg, {**plan, "engine.hf_max_batch": 64})
-    problems, _ = hm.host_memory_problems(fixed, tiny_host)
-    assert "a smaller engine.hf_max_batch (now 64: 64 sequences at once, KV 2.8 GiB at 1024 " \
+    assert len(problems) == 1  # 128 x 47,185,920 B of KV = 5.6 GiB
+    assert "a smaller engine.hf_max_batch (now 256: 128 sequences at once, KV 5.6 GiB at 1024 " \
            "tokens each)" in problems[0]
+    one = hm.apply_plan(cfg, {**plan, "engine.hf_max_batch": 1})  # no KV lever left to name
+    problems, _ = hm.host_memory_problems(one, tiny_host)
+    assert len(problems) == 1 and "engine.hf_max_batch" not in problems[0].split("fix:")[1]
 
 
 def test_smollm2_on_the_hf_engine_fits_a_quiet_24gb_machine():
     """docs/how-to/memory.md's figures: model=smollm2 engine=hf, nothing else set, on this 23.5 GiB
-    machine with 21 GiB available: the batch shrinks from 256 (28.5 GiB) to 30 (19.8 GiB)."""
+    machine with 21 GiB available: the batch shrinks from 256 (28.5 GiB) to 24 (19.3 GiB; 30
+    would fit, off the grid)."""
     quiet = HostMemory(total=int(23.5 * GiB), available=21 * GiB)
     with hm.planning_host(quiet):
         cfg = load_config(["model=smollm2", "engine=hf", "model.dtype=bfloat16"])
-    assert cfg.engine.hf_max_batch == 30 and cfg.learner.activation_checkpointing
+    assert cfg.engine.hf_max_batch == 24 and cfg.learner.activation_checkpointing
     b = hm.estimate_host_memory(cfg, quiet)
-    assert b.fits and b.need / GiB == pytest.approx(19.8, abs=0.05)
+    assert b.fits and b.need / GiB == pytest.approx(19.3, abs=0.05)
+    assert hm.estimate_host_memory(cfg, quiet, batch=30).fits
     full = hm.estimate_host_memory(cfg, quiet, batch=256)
     assert full.need / GiB == pytest.approx(28.5, abs=0.05)
     assert hm.estimate_host_memory(cfg, quiet, batch=31).need > b.room
+    assert hm.HF_BATCHES[-1] == 1 and list(hm.HF_BATCHES) == sorted(hm.HF_BATCHES, reverse=True)
