@@ -8,9 +8,9 @@ term by term (:class:`HostBudget`); :func:`plan_host_memory` picks ``learner.mic
 and ``learner.activation_checkpointing`` where the config leaves them ``null`` (the fastest pair
 that fits, see :data:`CANDIDATES`), and with ``engine=hf`` ``engine.hf_max_batch`` (256, or the
 largest of :data:`HF_BATCHES` that fits when no learner setting fits 256);
-:func:`host_memory_problems` is the preflight's refusal, with the numbers and the keys to change. The GPU estimate is
-:mod:`ragen2.cluster.memory`; the shapes and the per-token activation bytes ``a`` are shared with
-it (:mod:`ragen2.cluster.shapes`).
+:func:`host_memory_problems` is the preflight's refusal, with the numbers and the keys to change.
+The GPU estimate is :mod:`ragen2.cluster.memory`; the shapes and the per-token activation bytes
+``a`` are shared with it (:mod:`ragen2.cluster.shapes`).
 
 **The formula** (bytes; P = parameters of the policy, P_c = of the critic, W = learner ranks, c =
 compute bytes: 4 in fp32, 2 in bf16 (``model.dtype=bfloat16``: FSDP2 mixed precision, fp32 master
