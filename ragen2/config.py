@@ -157,8 +157,9 @@ class ModelConfig:
 class EngineConfig:
     """The generation engine (registry ``ragen2.engines.ENGINES``) and its sampling settings.
 
-    The vLLM-only keys are ignored by the HF engine; ``sleep_mode`` (free the KV cache and weights
-    while the learner updates) needs CUDA and ``cluster.layout=colocated``. ``multiprocess`` runs
+    The vLLM-only keys are ignored by the HF engine (and ``hf_max_batch`` by vLLM); ``sleep_mode``
+    (free the KV cache and weights while the learner updates) needs CUDA and
+    ``cluster.layout=colocated``. ``multiprocess`` runs
     vLLM's engine core in a process of its own even with ``tensor_parallel_size=1`` (always so with
     TP > 1): start-up ~25 s instead of ~4 s on the CPU, and weight updates cross a process boundary
     (the object store's buckets through one ``/dev/shm`` file; nccl / cuda_ipc unchanged). Off by
@@ -181,6 +182,10 @@ class EngineConfig:
     prefix_caching: bool = True  # vLLM: reuse the KV cache of a turn's shared prefix
     sleep_mode: bool = False  # vLLM on CUDA: free weights and KV cache during updates
     cpu_kvcache_gb: int = 1  # vLLM-CPU KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
+    # HF engine: sequences generated at once (a turn's prompts go in chunks of this many; a
+    # different value changes which samples a seed draws); null = 256, or on the CPU when no
+    # learner setting fits that, the largest of a coarse grid that fits (ragen2.cluster.host_memory)
+    hf_max_batch: Optional[int] = None
 
     def validate(self, p: str) -> None:
         _check(self.temperature >= 0, f"{p}.temperature", self.temperature, "must be >= 0")
@@ -188,6 +193,8 @@ class EngineConfig:
                self.eval_temperature, "null (= engine.temperature) or >= 0")
         _check(0 < self.top_p <= 1, f"{p}.top_p", self.top_p, "must be in (0, 1]")
         _positive(self, p, "max_new_tokens", "max_model_len", "tensor_parallel_size", "cpu_kvcache_gb")
+        _check(self.hf_max_batch is None or self.hf_max_batch >= 1, f"{p}.hf_max_batch",
+               self.hf_max_batch, "null (planned) or >= 1")
         _check(0 < self.gpu_memory_utilization <= 1, f"{p}.gpu_memory_utilization",
                self.gpu_memory_utilization, "must be in (0, 1]")
         _check(not self.multiprocess or self.name == "vllm", f"{p}.multiprocess", self.multiprocess,

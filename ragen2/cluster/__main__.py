@@ -26,13 +26,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--gpu-gib", type=float, default=H100_80GB / GiB,
                     help="memory of one GPU in GiB (torch's total_memory; default %(default).1f)")
     ap.add_argument("--host-gib", type=float, default=None,
-                    help="CPU jobs: a machine of this many GiB, all of it available (default: "
-                         "this machine's MemTotal and MemAvailable)")
+                    help="CPU jobs: a machine of this many GiB, all of it available, the null "
+                         "memory knobs planned for it (default: this machine's MemTotal and "
+                         "MemAvailable)")
     ap.add_argument("overrides", nargs="*", help="ragen2-train overrides, e.g. "
                     "+experiment=ragen2_sokoban cluster=gpu_1")
     args = ap.parse_args(argv)
     try:
-        cfg = load_config(args.overrides)
+        if args.host_gib is None:
+            cfg = load_config(args.overrides)
+        else:  # the null memory knobs planned for that machine, not this one
+            from ragen2.cluster import host_memory as hm
+            from ragen2.cluster.host import HostMemory
+
+            size = int(args.host_gib * GiB)
+            with hm.planning_host(HostMemory(size, size)):
+                cfg = load_config(args.overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -68,9 +77,10 @@ def _host(cfg, host_gib: Optional[float]) -> int:  # noqa: ANN001  (a Config)
               "shape, or /proc/meminfo unreadable)", file=sys.stderr)
         return 2
     print(b.describe())
-    print(f"learner: learner.micro_batch_tokens={cfg.learner.micro_batch_tokens}, "
+    print(f"planned: learner.micro_batch_tokens={cfg.learner.micro_batch_tokens}, "
           f"learner.activation_checkpointing={cfg.learner.activation_checkpointing}, "
-          f"model.dtype={cfg.model.dtype}")
+          f"model.dtype={cfg.model.dtype}"
+          + (f", engine.hf_max_batch={cfg.engine.hf_max_batch}" if cfg.engine.name == "hf" else ""))
     for w in b.warnings:
         print(f"warning: {w}")
     if b.fits:

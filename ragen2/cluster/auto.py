@@ -11,6 +11,8 @@ and everything downstream (learner, engines, probe tolerance, the estimates) rea
 * ``learner.micro_batch_tokens`` / ``learner.activation_checkpointing: null``: on the CPU the
   fastest pair whose host-memory estimate fits this machine (:func:`plan_host_memory`); on CUDA
   the pretrained recipe's values (4096 tokens, no checkpointing).
+* ``engine.hf_max_batch: null`` with ``engine=hf``: 256 (what the HF engine always used), or on
+  the CPU the largest batch that fits when 256 does not (:func:`plan_host_memory`).
 
 Each choice is logged (logger ``ragen2``) with its reason.
 """
@@ -51,13 +53,16 @@ def resolve_dtype(cfg: Config) -> Config:
 
 
 def resolve_memory_knobs(cfg: Config) -> Config:
-    """``cfg`` with null ``learner.micro_batch_tokens`` / ``activation_checkpointing`` planned."""
+    """``cfg`` with null ``learner.micro_batch_tokens`` / ``activation_checkpointing`` (and with
+    ``engine=hf`` ``engine.hf_max_batch``) planned."""
     lc = cfg.learner
-    if lc.micro_batch_tokens is not None and lc.activation_checkpointing is not None:
+    if (lc.micro_batch_tokens is not None and lc.activation_checkpointing is not None
+            and (cfg.engine.name != "hf" or cfg.engine.hf_max_batch is not None)):
         return cfg
     from ragen2.cluster.host_memory import apply_plan, plan_host_memory
 
     plan = plan_host_memory(cfg)
-    log.info("learner memory plan (%s): %s", "host-memory estimate" if cfg.cluster.device == "cpu"
-             else "CUDA defaults", ", ".join(f"{k}={v}" for k, v in plan.items()))
+    log.info("memory plan (%s): %s", "host-memory estimate" if cfg.cluster.device == "cpu"
+             else "CUDA defaults", ", ".join(f"{k}={v}" for k, v in plan.items()
+                                             if v is not None or not k.startswith("engine.")))
     return apply_plan(cfg, plan)

@@ -6,9 +6,11 @@ own processes, ``cluster.learner_world_size`` learner ranks and ``rollout.num_wo
 workers (each with its engine). :func:`estimate_host_memory` adds up what each needs at its peak,
 term by term (:class:`HostBudget`); :func:`plan_host_memory` picks ``learner.micro_batch_tokens``
 and ``learner.activation_checkpointing`` where the config leaves them ``null`` (the fastest pair
-that fits, see :data:`CANDIDATES`); :func:`host_memory_problems` is the preflight's refusal, with
-the numbers and the keys to change. The GPU estimate is :mod:`ragen2.cluster.memory`; the shapes
-and the per-token activation bytes ``a`` are shared with it (:mod:`ragen2.cluster.shapes`).
+that fits, see :data:`CANDIDATES`), and with ``engine=hf`` ``engine.hf_max_batch`` (256, or the
+largest of :data:`HF_BATCHES` that fits when no learner setting fits 256);
+:func:`host_memory_problems` is the preflight's refusal, with the numbers and the keys to change.
+The GPU estimate is :mod:`ragen2.cluster.memory`; the shapes and the per-token activation bytes
+``a`` are shared with it (:mod:`ragen2.cluster.shapes`).
 
 **The formula** (bytes; P = parameters of the policy, P_c = of the critic, W = learner ranks, c =
 compute bytes: 4 in fp32, 2 in bf16 (``model.dtype=bfloat16``: FSDP2 mixed precision, fp32 master
@@ -32,9 +34,11 @@ learner rank, on top, the largest of three moments that never overlap
     fp32 upcast and log-softmax; ``ragen2.learner.scoring`` slices by that budget)
   * loading (rank 0 of a sharded learner): one full fp32 copy ``4 P`` besides its shards
 rollout worker (one per ``rollout.num_workers``)
-  * HF engine: ``HF_ENGINE_PROCESS``, weights ``c P``, the KV cache of every episode it runs at
-    once at ``rollout.max_context_tokens`` (``2 L kv d c`` bytes a token) and the sampler's
-    ``16 V`` bytes per sequence (fp32 logits, log-softmax, the top-p sort)
+  * HF engine: ``HF_ENGINE_PROCESS``, weights ``c P``, and for each sequence it generates at once
+    (``B = min(episodes of the worker, engine.hf_max_batch)``; the episodes: the most of a training
+    step's or an evaluation's per worker; it generates a turn's prompts in chunks of
+    ``engine.hf_max_batch``) the KV cache at ``rollout.max_context_tokens`` (``2 L kv d c`` bytes
+    a token) and the sampler's ``16 V`` bytes (fp32 logits, log-softmax, the top-p sort)
   * vLLM-CPU: ``VLLM_ENGINE_PROCESS``, weights ``c P`` and its KV cache ``engine.cpu_kvcache_gb``
     (VLLM_CPU_KVCACHE_SPACE, allocated at start; it queues what does not fit)
 the rest
@@ -53,8 +57,9 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ragen2.cluster.host import HostMemory, host_memory
 from ragen2.cluster.shapes import ModelShape, model_shape
@@ -69,14 +74,22 @@ RAY_PROCESSES = 1.0 * GiB
 RAY_THRESHOLD = 0.95  # Ray's memory monitor default (RAY_memory_usage_threshold)
 MARGIN = 0.10
 SCORE_CHUNK = 64  # continuations per scoring forward before monitor.score_tokens existed
+#: the HF engine's batch when ``engine.hf_max_batch`` is null and 256 fits (or on CUDA, or with no
+#: estimate): what it always was, so a job that fits generates exactly the samples it did before
+HF_MAX_BATCH = 256
+#: the batches the plan chooses from below that (powers of 2 and 1.5x them): a coarse grid, so a
+#: few hundred MB more or less free memory at launch rarely changes the batch, and with it which
+#: samples a seed draws
+HF_BATCHES = (192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1)
+BATCH = "engine.hf_max_batch"
 #: (activation checkpointing, micro-batch tokens), fastest first: without recomputation any
 #: micro-batch of >= 1k tokens keeps both CPU cores busy, so recomputation (~+30% of a step) is
 #: the last resort, and a smaller micro-batch only costs per-call overhead
 CANDIDATES: tuple[tuple[bool, int], ...] = (
     (False, 4096), (False, 2048), (False, 1024),
     (True, 4096), (True, 2048), (True, 1024), (True, 512))
-__all__ = ["CANDIDATES", "HostBudget", "estimate_host_memory", "host_memory_problems",
-           "plan_host_memory"]
+__all__ = ["CANDIDATES", "HF_MAX_BATCH", "HostBudget", "estimate_host_memory",
+           "host_memory_problems", "plan_host_memory", "planning_host"]
 
 
 @dataclass
@@ -191,12 +204,27 @@ def _episodes_per_worker(cfg: Config) -> int:
                math.ceil(cfg.trainer.eval_episodes / workers))
 
 
+def hf_sequences(cfg: Config, batch: Optional[int] = None) -> int:
+    """``B``: the sequences one HF engine holds at once, its episodes capped by the batch
+    (``batch``, default ``engine.hf_max_batch``, null: :data:`HF_MAX_BATCH`)."""
+    batch = batch or cfg.engine.hf_max_batch or HF_MAX_BATCH
+    return min(_episodes_per_worker(cfg), batch)
+
+
+def hf_sequence_bytes(cfg: Config, shape: ModelShape) -> float:
+    """What one more sequence of the HF engine costs: its KV cache at full context and the
+    sampler's rows."""
+    return (cfg.rollout.max_context_tokens * shape.kv_bytes_per_token(compute_bytes(cfg))
+            + shape.vocab_size * 16)
+
+
 def estimate_host_memory(cfg: Config, host: HostMemory, shape: Optional[ModelShape] = None,
                          ckpt: Optional[bool] = None, mbt: Optional[int] = None,
-                         ) -> Optional[HostBudget]:
+                         batch: Optional[int] = None) -> Optional[HostBudget]:
     """The host-memory budget of CPU job ``cfg`` on a machine with ``host``; None on CUDA or for
-    a model whose shape is unknown. ``ckpt`` / ``mbt`` stand in for the learner's activation
-    checkpointing and micro-batch tokens (the plan tries candidates; default: the config's)."""
+    a model whose shape is unknown. ``ckpt`` / ``mbt`` / ``batch`` stand in for the learner's
+    activation checkpointing, micro-batch tokens and ``engine.hf_max_batch`` (the plan tries
+    candidates; default: the config's)."""
     if cfg.cluster.device != "cpu":
         return None
     shape = shape or model_shape(cfg)
@@ -221,10 +249,11 @@ def estimate_host_memory(cfg: Config, host: HostMemory, shape: Optional[ModelSha
         b.engine = {"process": VLLM_ENGINE_PROCESS, "weights": c * p,
                     "KV cache (engine.cpu_kvcache_gb)": cfg.engine.cpu_kvcache_gb * GiB}
     else:
-        seqs = _episodes_per_worker(cfg)
+        seqs, episodes = hf_sequences(cfg, batch), _episodes_per_worker(cfg)
+        kv = (f"KV of {seqs} sequences" if seqs == episodes else
+              f"KV of {seqs} sequences (engine.hf_max_batch; {episodes} episodes)")
         b.engine = {"process": HF_ENGINE_PROCESS, "weights": c * p,
-                    f"KV of {seqs} sequences": seqs * cfg.rollout.max_context_tokens
-                    * shape.kv_bytes_per_token(c),
+                    kv: seqs * cfg.rollout.max_context_tokens * shape.kv_bytes_per_token(c),
                     "sampler": seqs * shape.vocab_size * 16}
     b.shared = {"driver": DRIVER_PROCESS, "Ray": RAY_PROCESSES, "object store (sync)": 4 * p}
     if b.need > b.room:
@@ -235,51 +264,103 @@ def estimate_host_memory(cfg: Config, host: HostMemory, shape: Optional[ModelSha
     return b
 
 
+_PLANNING_HOST: Optional[HostMemory] = None
+
+
+@contextmanager
+def planning_host(host: HostMemory) -> Iterator[None]:
+    """Within it, :func:`plan_host_memory` plans for ``host`` instead of this machine (``python -m
+    ragen2.cluster --host-gib``: the knobs ``load_config`` resolves, for another machine)."""
+    global _PLANNING_HOST
+    before, _PLANNING_HOST = _PLANNING_HOST, host
+    try:
+        yield
+    finally:
+        _PLANNING_HOST = before
+
+
 def plan_host_memory(cfg: Config, host: Optional[HostMemory] = None,
                      shape: Optional[ModelShape] = None) -> dict[str, Any]:
-    """``{learner.activation_checkpointing, learner.micro_batch_tokens}`` for the knobs ``cfg``
-    leaves null: the first of :data:`CANDIDATES` (fixed knobs held) whose estimate fits, else the
-    one that needs least (the preflight then refuses it, naming what to set). Knobs set in the
-    config are returned as they are; on CUDA, or with no estimate, null knobs get
-    :data:`FALLBACK`."""
-    lc = cfg.learner
+    """``{learner.activation_checkpointing, learner.micro_batch_tokens, engine.hf_max_batch}``
+    for the knobs ``cfg`` leaves null (the batch only with ``engine=hf``; with vLLM it stays as
+    set): the first of :data:`CANDIDATES` (fixed knobs held) whose estimate fits. A null HF batch
+    is given up last: the largest batch that fits with any candidate (the worker's episodes, else
+    the largest of :data:`HF_BATCHES` below them), and the fastest candidate at that batch; a
+    batch that holds every episode (or 256 of them) is planned as :data:`HF_MAX_BATCH`, what the
+    engine always used, so a job that fitted before samples exactly as before. When nothing fits
+    even one sequence at a time, the pair that needs least and a batch of 256, which the
+    preflight then refuses naming what to set. Knobs set in the config are returned as they are;
+    on CUDA, or with no estimate, null knobs get :data:`FALLBACK`."""
+    lc, hf = cfg.learner, cfg.engine.name == "hf"
     fixed = {"learner.activation_checkpointing": lc.activation_checkpointing,
-             "learner.micro_batch_tokens": lc.micro_batch_tokens}
-    if all(v is not None for v in fixed.values()):
+             "learner.micro_batch_tokens": lc.micro_batch_tokens, BATCH: cfg.engine.hf_max_batch}
+    open_batch = hf and cfg.engine.hf_max_batch is None
+    if all(v is not None for k, v in fixed.items() if k != BATCH) and not open_batch:
         return fixed
-    host = host or host_memory()
+    host = host or _PLANNING_HOST or host_memory()
     shape = shape or model_shape(cfg)
     if cfg.cluster.device != "cpu" or host is None or shape is None:
-        return {k: FALLBACK[k] if v is None else v for k, v in fixed.items()}
+        return {k: FALLBACK[k] if v is None and (k != BATCH or hf) else v
+                for k, v in fixed.items()}
     options = [(ck, mb) for ck, mb in CANDIDATES
                if lc.activation_checkpointing in (None, ck) and lc.micro_batch_tokens in (None, mb)]
-    if not options:  # one knob fixed to a value outside the candidates
+    if not options:  # a knob fixed to a value outside the candidates
         options = [(ck if lc.activation_checkpointing is None else lc.activation_checkpointing,
                     mb if lc.micro_batch_tokens is None else lc.micro_batch_tokens)
                    for ck, mb in CANDIDATES]
-    seen, budgets = set(), []
+    seen, distinct = set(), []
     for ck, mb in options:
         n = micro_batch_tokens(cfg, mb)
-        if (ck, n) in seen:  # rows longer than the budget: the same N as a larger candidate
-            continue
-        seen.add((ck, n))
-        b = estimate_host_memory(cfg, host, shape, ckpt=ck, mbt=mb)
-        if b is not None and b.fits:
-            return {"learner.activation_checkpointing": ck, "learner.micro_batch_tokens": mb}
-        budgets.append((b.need if b else math.inf, ck, mb))
-    _, ck, mb = min(budgets)
-    return {"learner.activation_checkpointing": ck, "learner.micro_batch_tokens": mb}
+        if (ck, n) not in seen:  # rows longer than the budget: the same N as a larger candidate
+            seen.add((ck, n))
+            distinct.append((ck, mb))
+
+    def plan(ck: bool, mb: int, batch: Optional[int]) -> dict[str, Any]:
+        return {"learner.activation_checkpointing": ck, "learner.micro_batch_tokens": mb,
+                BATCH: batch}
+
+    def fits(ck: bool, mb: int, batch: Optional[int]) -> bool:
+        b = estimate_host_memory(cfg, host, shape, ckpt=ck, mbt=mb, batch=batch)
+        return b is not None and b.fits
+
+    if not open_batch:
+        batch = cfg.engine.hf_max_batch
+        for ck, mb in distinct:
+            if fits(ck, mb, batch):
+                return plan(ck, mb, batch)
+    else:  # the batch is given up last: the largest that fits, then the fastest pair there
+        full = hf_sequences(cfg, HF_MAX_BATCH)
+        best = (0, None)
+        for ck, mb in distinct:
+            top = next((x for x in (full, *HF_BATCHES) if x <= full and fits(ck, mb, x)), 0)
+            if top > best[0]:
+                best = (top, (ck, mb))
+            if top == full:
+                break
+        top, pair = best
+        if pair is not None:
+            return plan(*pair, HF_MAX_BATCH if top == full else top)
+    # nothing fits: the pair that needs least (the engine's term is the same for every pair) and
+    # the batch as it always was, so cluster.memory_check=false launches what it did before
+    batch = HF_MAX_BATCH if open_batch else cfg.engine.hf_max_batch
+    needs = [(estimate_host_memory(cfg, host, shape, ckpt=ck, mbt=mb, batch=batch).need, ck, mb)
+             for ck, mb in distinct]
+    _, ck, mb = min(needs)
+    return plan(ck, mb, batch)
 
 
-#: what null knobs become without a host estimate (CUDA: the pretrained recipe's values)
-FALLBACK = {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 4096}
+#: what null knobs become without a host estimate (CUDA: the pretrained recipe's values; the HF
+#: engine's batch as it always was)
+FALLBACK = {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 4096,
+            BATCH: HF_MAX_BATCH}
 
 
 def apply_plan(cfg: Config, plan: dict[str, Any]) -> Config:
-    """``cfg`` with the plan's learner knobs set (a new object; ``cfg`` is not changed)."""
+    """``cfg`` with the plan's knobs set (a new object; ``cfg`` is not changed)."""
     learner = replace(cfg.learner, activation_checkpointing=plan["learner.activation_checkpointing"],
                       micro_batch_tokens=plan["learner.micro_batch_tokens"])
-    return replace(cfg, learner=learner)
+    engine = replace(cfg.engine, hf_max_batch=plan.get(BATCH, cfg.engine.hf_max_batch))
+    return replace(cfg, learner=learner, engine=engine)
 
 
 def fix_advice(cfg: Config, b: HostBudget) -> str:
@@ -295,8 +376,14 @@ def fix_advice(cfg: Config, b: HostBudget) -> str:
                f"a smaller rollout.max_context_tokens (now {ctx}: a row that long is one "
                "micro-batch)")
     if cfg.engine.name == "hf":
-        out.append("engine=vllm (a fixed KV cache; it queues what does not fit)")
-        out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes})")
+        seqs = hf_sequences(cfg)
+        kv = next((v for k, v in b.engine.items() if k.startswith("KV of")), 0.0)
+        if seqs > 1:  # one sequence at a time: the KV cache is no lever any more
+            batch = cfg.engine.hf_max_batch or HF_MAX_BATCH
+            out.append(f"a smaller engine.hf_max_batch (now {batch}: {seqs} sequences at once, "
+                       f"KV {gib(kv)} at {cfg.rollout.max_context_tokens} tokens each)")
+            out.append("engine=vllm (a fixed KV cache; it queues what does not fit)")
+            out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes})")
     elif cfg.engine.cpu_kvcache_gb > 1:
         out.append(f"a smaller engine.cpu_kvcache_gb (now {cfg.engine.cpu_kvcache_gb})")
     if b.scoring and sum(b.scoring.values()) >= sum(b.update.values()):

@@ -10,6 +10,11 @@ from ragen2.engines.base import Generation, SamplingParams, Weights, named_tenso
 from ragen2.seeding import request_seed
 
 
+#: sequences generated at once when neither the caller nor ``engine.hf_max_batch`` says
+#: (``ragen2.cluster.host_memory.HF_MAX_BATCH``, the plan's first choice, is the same number)
+MAX_BATCH = 256
+
+
 class _PolicySampler:
     """A logits processor that *is* the sampling distribution, and records its logprobs.
 
@@ -76,10 +81,19 @@ class HFEngine:
     top-k 50) is set aside at load time, and temperature / top-p are applied by
     :class:`_PolicySampler`, which records ``log_softmax(logits / T)`` at the sampled ids as
     generation proceeds: the policy distribution the learner scores (before top-p truncation).
+
+    A generate call runs its prompts in chunks of ``max_batch_size`` (the argument, else
+    ``options.hf_max_batch``, else :data:`MAX_BATCH`), chunk ``k`` starting at prompt ``s`` under
+    ``torch.manual_seed(request_seed(params.seed, s))``; all of a chunk's rows draw from that one
+    stream. So the first chunk is seeded as a single batch is: a call with no more prompts than
+    the batch samples exactly what it did before the batch was configurable, and a chunked call is
+    reproducible (the same prompts, seed and batch give the same samples) but samples rows beyond
+    the first differently from one batch. Greedy decoding does not depend on the chunking
+    (``tests/engines/test_hf.py``).
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu",
-                 trust_remote_code: bool = False, max_batch_size: int = 256,
+                 trust_remote_code: bool = False, max_batch_size: int | None = None,
                  options: Any = None, seed: int = 0) -> None:
         from ragen2.models.loading import load_causal_lm, load_tokenizer
 
@@ -90,7 +104,8 @@ class HFEngine:
         #: the model's shipped generation defaults, kept for reference and never applied
         self.shipped_generation_config = self.model.generation_config
         self.model.generation_config = self.generation_config()
-        self.max_batch_size = max_batch_size
+        self.max_batch_size = (max_batch_size or getattr(options, "hf_max_batch", None)
+                               or MAX_BATCH)
         self.policy_version = 0
         self._tied = self._tied_parameter_names()
 

@@ -94,10 +94,26 @@ def test_two_bf16_ranks_with_checkpointing_by_hand():
 
 def test_hf_engine_counts_every_episode_at_full_context():
     cfg = smol("engine=hf", "rollout.env_groups=4", "rollout.group_size=4",
-               "trainer.eval_episodes=32", "rollout.max_context_tokens=1024")
+               "trainer.eval_episodes=32", "rollout.max_context_tokens=1024",
+               "engine.hf_max_batch=64")  # more than the worker's 32 episodes: one batch
     b = hm.estimate_host_memory(cfg, BIG)
     assert b.engine == {"process": hm.HF_ENGINE_PROCESS, "weights": 4 * P,
                         "KV of 32 sequences": 32 * 1024 * 46_080, "sampler": 32 * 49_152 * 16}
+
+
+def test_hf_engine_counts_one_batch_of_sequences():
+    """engine.hf_max_batch below the worker's episodes: the engine holds one chunk at a time."""
+    cfg = smol("engine=hf", "rollout.env_groups=4", "rollout.group_size=4",
+               "trainer.eval_episodes=32", "rollout.max_context_tokens=1024",
+               "engine.hf_max_batch=8")
+    b = hm.estimate_host_memory(cfg, BIG)
+    assert b.engine == {"process": hm.HF_ENGINE_PROCESS, "weights": 4 * P,
+                        "KV of 8 sequences (engine.hf_max_batch; 32 episodes)": 8 * 1024 * 46_080,
+                        "sampler": 8 * 49_152 * 16}
+    two = smol("engine=hf", "rollout.env_groups=4", "rollout.group_size=4",
+               "trainer.eval_episodes=32", "rollout.max_context_tokens=1024",
+               "engine.hf_max_batch=8", "rollout.num_workers=2")  # 16 episodes each, 8 at once
+    assert hm.estimate_host_memory(two, BIG).engine_peak == pytest.approx(b.engine_peak)
 
 
 def free_cfg(*extra: str):
@@ -149,7 +165,8 @@ def test_the_plan_takes_the_fastest_candidate_that_fits():
 def test_a_knob_set_in_the_config_is_kept():
     cfg = free_cfg("learner.micro_batch_tokens=1024")
     p = hm.plan_host_memory(cfg, BIG)
-    assert p == {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 1024}
+    assert p == {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 1024,
+                 "engine.hf_max_batch": None}  # vLLM: the HF batch is not planned
     cfg = free_cfg("learner.activation_checkpointing=true")
     assert hm.plan_host_memory(cfg, BIG)["learner.activation_checkpointing"] is True
     assert load_config(["model=smollm2", "learner.micro_batch_tokens=512",
@@ -212,3 +229,135 @@ def test_the_smollm2_math_preset_fits_a_quiet_24gb_machine():
     b = hm.estimate_host_memory(planned, quiet)
     assert b.fits, b.describe()
     assert not planned.learner.activation_checkpointing  # no recomputation needed there
+
+
+# ------------------------------------------------------------------ the HF engine's batch
+PER_SEQ = 1024 * 46_080 + 49_152 * 16  # fp32 KV at a 1024-token context + the sampler's rows
+#: SmolLM2 fp32, W = 1, no checkpointing, 2048-token micro-batches (test_one_fp32_rank_by_hand's
+#: terms) with the HF engine, less its sequences: the four processes (learner 1.0, HF engine 1.0,
+#: driver 1.2, Ray 1.0 GiB), 12 P + 4 P (update's gradients) + 4 P (engine weights) + 4 P (object
+#: store) and one micro-batch's activations and logits
+BASE = (4.2 * GiB + 24 * P + 2048 * 2 * 19_968 * 30 + 2048 * 49_152 * 24)
+
+
+def hf_cfg(*extra: str):
+    """SmolLM2 fp32 on the HF engine, 128 episodes on one worker, engine.hf_max_batch null again."""
+    from dataclasses import replace
+
+    cfg = smol("engine=hf", "cluster.learner_world_size=1", "rollout.max_context_tokens=1024",
+               "engine.max_new_tokens=64", "rollout.num_workers=1", "rollout.env_groups=8",
+               "rollout.group_size=4", "trainer.eval_episodes=128", *extra)
+    return replace(cfg, engine=replace(cfg.engine, hf_max_batch=None))
+
+
+def host_with_room(room: float) -> HostMemory:
+    total = 16 * GiB  # Ray keeps 5% of it: 0.8 GiB
+    return HostMemory(total=total, available=int(room + 0.05 * total))
+
+
+def test_the_plan_shrinks_the_hf_batch_by_hand():
+    """Room for the base and 50.5 sequences: 50 would fit, the grid's largest below is 48.
+    BASE = 4.2 GiB + 24 x 134,515,008 + 2048 x 1,198,080 + 2048 x 1,179,648 = 12,607,662,797 B
+    (11.74 GiB); a sequence 47,185,920 (KV) + 786,432 (sampler) = 47,972,352 B; the room
+    12,607,662,797 + 50.5 x 47,972,352 = 15,030,266,573 B (14.00 GiB), on a 16 GiB host with
+    15,889,260,032 B (14.80 GiB) available; the need at 48: 14,910,335,693 B (13.89 GiB)."""
+    cfg = hf_cfg()
+    assert PER_SEQ == 47_972_352 and BASE == pytest.approx(12_607_662_796.8)
+    host = host_with_room(BASE + 50.5 * PER_SEQ)
+    assert host.available == 15_889_260_032
+    full = hm.estimate_host_memory(cfg, host)  # null: 256, i.e. all 128 episodes at once
+    assert full.engine["KV of 128 sequences"] == 128 * 1024 * 46_080
+    assert full.need == pytest.approx(BASE + 128 * PER_SEQ) and not full.fits
+    plan = hm.plan_host_memory(cfg, host)
+    assert plan == {"learner.activation_checkpointing": False, "learner.micro_batch_tokens": 2048,
+                    "engine.hf_max_batch": 48}
+    b = hm.estimate_host_memory(hm.apply_plan(cfg, plan), host)
+    assert b.need == pytest.approx(BASE + 48 * PER_SEQ) == pytest.approx(14_910_335_693)
+    assert b.fits and "KV of 48 sequences (engine.hf_max_batch; 128 episodes)" in b.engine
+    assert hm.estimate_host_memory(cfg, host, batch=50).fits  # off the grid (hm.HF_BATCHES)
+    assert not hm.estimate_host_memory(cfg, host, batch=51).fits
+
+
+def test_the_plan_keeps_256_when_it_fits_and_on_cuda():
+    cfg = hf_cfg()
+    assert hm.plan_host_memory(cfg, BIG)["engine.hf_max_batch"] == hm.HF_MAX_BATCH == 256
+    from ragen2.engines.hf import MAX_BATCH
+
+    assert MAX_BATCH == hm.HF_MAX_BATCH  # the engine's own default is the same number
+    cuda = load_config(["model=smollm2", "cluster=gpu_1", "model.dtype=bfloat16", "engine=hf"])
+    assert cuda.engine.hf_max_batch == 256
+    vllm = load_config(["model=smollm2", "cluster=gpu_1", "model.dtype=bfloat16", "engine=vllm"])
+    assert vllm.engine.hf_max_batch is None  # vLLM ignores it: not planned
+    fixed = load_config(["model=smollm2", "engine=hf", "engine.hf_max_batch=7"])
+    assert fixed.engine.hf_max_batch == 7
+
+
+def test_the_default_tiny_job_on_the_hf_engine_keeps_256():
+    """The tiny recipe on engine=hf fits a quiet 24 GiB machine with every episode at once: the
+    plan keeps today's 256, so it samples exactly what it did before the key existed."""
+    from dataclasses import replace
+
+    cfg = load_config(["engine=hf"])
+    cfg = replace(cfg, engine=replace(cfg.engine, hf_max_batch=None))
+    quiet = HostMemory(total=24 * GiB, available=21 * GiB)
+    assert hm.plan_host_memory(cfg, quiet)["engine.hf_max_batch"] == 256
+    assert hm.hf_sequences(cfg) <= 256  # every generate call of a worker is one batch
+
+
+def test_the_hf_batch_is_given_up_last():
+    """Learner knobs null too: a slower learner setting that keeps every episode in one batch
+    beats a faster one that must chunk; when none keeps them all, the largest batch wins."""
+    from dataclasses import replace
+
+    cfg = hf_cfg()
+    cfg = replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=None,
+                                       activation_checkpointing=None))
+    need = lambda ck, mb, batch: hm.estimate_host_memory(  # noqa: E731
+        cfg, BIG, ckpt=ck, mbt=mb, batch=batch).need
+    room = lambda n: n - 0.05 * 16 * GiB  # noqa: E731  (host_with_room's Ray reserve)
+    # every episode fits with 1024-token micro-batches, not with 2048: (False, 1024) at 256
+    host = host_with_room(need(False, 1024, 128) + PER_SEQ / 2)
+    assert need(False, 2048, 128) > room(host.available)
+    assert hm.plan_host_memory(cfg, host) == {
+        "learner.activation_checkpointing": False, "learner.micro_batch_tokens": 1024,
+        "engine.hf_max_batch": 256}
+    # room for 48 sequences with checkpointing, 25 without: checkpointing and 48 (not 24)
+    host = host_with_room(need(True, 1024, 48) + PER_SEQ / 2)
+    assert need(False, 1024, 25) < room(host.available) < need(False, 1024, 26)
+    assert hm.plan_host_memory(cfg, host) == {
+        "learner.activation_checkpointing": True, "learner.micro_batch_tokens": 1024,
+        "engine.hf_max_batch": 48}
+
+
+def test_nothing_fits_keeps_256_and_the_refusal_names_the_batch():
+    """Not even one sequence at a time fits: the batch stays 256 (memory_check=false launches what
+    it did before the key existed) and the refusal names it among the fixes, with its KV."""
+    cfg = hf_cfg()
+    tiny_host = HostMemory(total=8 * GiB, available=4 * GiB)
+    assert not hm.estimate_host_memory(cfg, tiny_host, batch=1).fits
+    plan = hm.plan_host_memory(cfg, tiny_host)
+    assert plan["engine.hf_max_batch"] == 256
+    problems, _ = hm.host_memory_problems(hm.apply_plan(cfg, plan), tiny_host)
+    assert len(problems) == 1  # 128 x 47,185,920 B of KV = 5.6 GiB
+    assert "a smaller engine.hf_max_batch (now 256: 128 sequences at once, KV 5.6 GiB at 1024 " \
+           "tokens each)" in problems[0]
+    one = hm.apply_plan(cfg, {**plan, "engine.hf_max_batch": 1})  # no KV lever left to name
+    problems, _ = hm.host_memory_problems(one, tiny_host)
+    assert len(problems) == 1 and "engine.hf_max_batch" not in problems[0].split("fix:")[1]
+
+
+def test_smollm2_on_the_hf_engine_fits_a_quiet_24gb_machine():
+    """docs/how-to/memory.md's figures: model=smollm2 engine=hf, nothing else set, on this 23.5 GiB
+    machine with 21 GiB available: the batch shrinks from 256 (28.5 GiB) to 24 (19.3 GiB; 30
+    would fit, off the grid)."""
+    quiet = HostMemory(total=int(23.5 * GiB), available=21 * GiB)
+    with hm.planning_host(quiet):
+        cfg = load_config(["model=smollm2", "engine=hf", "model.dtype=bfloat16"])
+    assert cfg.engine.hf_max_batch == 24 and cfg.learner.activation_checkpointing
+    b = hm.estimate_host_memory(cfg, quiet)
+    assert b.fits and b.need / GiB == pytest.approx(19.3, abs=0.05)
+    assert hm.estimate_host_memory(cfg, quiet, batch=30).fits
+    full = hm.estimate_host_memory(cfg, quiet, batch=256)
+    assert full.need / GiB == pytest.approx(28.5, abs=0.05)
+    assert hm.estimate_host_memory(cfg, quiet, batch=31).need > b.room
+    assert hm.HF_BATCHES[-1] == 1 and list(hm.HF_BATCHES) == sorted(hm.HF_BATCHES, reverse=True)

@@ -152,3 +152,41 @@ def test_top_p_mask_keeps_the_smallest_set_covering_p():
     assert kept(0.7) == [False, True, False, True]    # 0.5 + 0.3
     assert kept(0.9) == [True, True, False, True]     # 0.5 + 0.3 + 0.15 = 0.95
     assert kept(1.0) == [True, True, True, True]
+
+
+def test_chunked_generation(hf_engine, monkeypatch):
+    """engine.hf_max_batch splits a call's prompts into chunks. Greedy: the same ids (and
+    logprobs) as one batch. Sampled: a call with no more prompts than the batch is one batch,
+    seeded as before; a chunked call is reproducible, and chunk k (starting at prompt s) samples
+    exactly what one batch of its prompts samples under request_seed(seed, s); rows past the first
+    chunk sample differently from one batch (all rows of a chunk share one torch stream)."""
+    from ragen2.seeding import request_seed
+
+    prompts = _prompts(hf_engine.tokenizer) * 2  # 6 prompts
+    greedy = SamplingParams(temperature=0, max_new_tokens=8, stop=())
+    sampled = SamplingParams(temperature=1.0, max_new_tokens=8, stop=(), seed=5)
+    assert hf_engine.max_batch_size == 256
+    one_greedy, one = hf_engine.generate(prompts, greedy), hf_engine.generate(prompts, sampled)
+    assert one == hf_engine._generate_batch(prompts, sampled, seed=request_seed(5, 0))
+    monkeypatch.setattr(hf_engine, "max_batch_size", 4)
+    chunked = hf_engine.generate(prompts, greedy)
+    assert [g.token_ids for g in chunked] == [g.token_ids for g in one_greedy]
+    for a, b in zip(chunked, one_greedy):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    monkeypatch.setattr(hf_engine, "max_batch_size", 6)  # = the prompts: one batch, as before
+    assert hf_engine.generate(prompts, sampled) == one
+    monkeypatch.setattr(hf_engine, "max_batch_size", 4)
+    four = hf_engine.generate(prompts, sampled)
+    assert four == hf_engine.generate(prompts, sampled)  # reproducible
+    assert four == (hf_engine._generate_batch(prompts[:4], sampled, seed=request_seed(5, 0))
+                    + hf_engine._generate_batch(prompts[4:], sampled, seed=request_seed(5, 4)))
+    assert [g.token_ids for g in four] != [g.token_ids for g in one]
+
+
+def test_the_batch_comes_from_the_engine_config(tiny_model_path):
+    from ragen2.config import EngineConfig
+    from ragen2.engines import ENGINES
+
+    engine = ENGINES.get("hf")(tiny_model_path, options=EngineConfig(hf_max_batch=3))
+    assert engine.max_batch_size == 3
+    assert ENGINES.get("hf")(tiny_model_path, options=EngineConfig()).max_batch_size == 256
