@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import socket
@@ -65,6 +66,16 @@ def machine() -> dict[str, Any]:
         pass
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu,
             "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], **versions}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a rate k / n ((nan, nan) for n = 0)."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def median(xs: Sequence[float]) -> float:

@@ -44,21 +44,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS, machine, median, parse_args  # noqa: E402  (benchmarks/common.py)
+from common import RESULTS, machine, median, parse_args, wilson  # noqa: E402  (benchmarks/common.py)
 
 BAR_GAIN = 0.10  # issue 28: every run gains >= 10 points, its interval excluding 0
 RESAMPLES = 10_000
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a rate ``k / n``."""
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def rows(run: Path) -> dict[int, dict[str, float]]:

@@ -45,7 +45,6 @@ under ``"T=<temperature> k=<samples>"``, written after every (task, format).
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import time
@@ -54,7 +53,7 @@ from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS, machine, parse_args  # noqa: E402  (benchmarks/common.py)
+from common import RESULTS, machine, parse_args, wilson  # noqa: E402  (benchmarks/common.py)
 
 TASKS: dict[str, tuple[str, dict[str, Any]]] = {
     "math_d1": ("ragen2/Math-v0", {"difficulty": 1, "max_attempts": 1}),
@@ -75,16 +74,6 @@ FORMATS = ["think_answer", "think_example", "answer_tag", "plain"]
 HELD_OUT = 2**31  # ragen2's evaluation seeds start here (ragen2.seeding.EVAL_SEED_BASE)
 _NUMBER = re.compile(r"[-\u2212]?\d+(?:\.\d+)?(?:/\d+)?")
 _EXPR = re.compile(r"[\d()+\-*/ ]*\d[\d()+\-*/ ]*")
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a rate k / n."""
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def answer_tag(text: str) -> str | None:
