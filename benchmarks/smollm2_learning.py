@@ -50,15 +50,6 @@ BAR_GAIN = 0.10  # issue 28: every run gains >= 10 points, its interval excludin
 RESAMPLES = 10_000
 
 
-def rows(run: Path) -> dict[int, dict[str, float]]:
-    out: dict[int, dict[str, float]] = {}
-    with open(run / "metrics.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            out.setdefault(int(r["step"]), {}).update(r)
-    return out
-
-
 def series(r: dict[int, dict[str, float]], key: str) -> dict[int, float]:
     return {s: float(m[key]) for s, m in sorted(r.items()) if key in m}
 
@@ -88,9 +79,11 @@ def paired_gain(before: Path, after: Path) -> dict[str, Any]:
 
 
 def summarise(spec: str) -> dict[str, Any]:
+    from ragen2.analysis.rollouts import load_metrics
+
     parts = spec.split(":")
     run = Path(parts[0])
-    r = rows(run)
+    r = load_metrics(run)
     evals = series(r, "eval/success")
     first, last = min(evals), max(evals)
     if len(parts) == 3:

@@ -153,6 +153,11 @@ class ModelConfig:
         _choice(self, p, "dtype", ("float32", "bfloat16", "float16"))  # auto: resolved before
 
 
+#: the HF engine's batch (sequences generated at once) when ``engine.hf_max_batch`` is null and it
+#: fits (and on CUDA, or with no host estimate): what the engine always used
+HF_MAX_BATCH = 256
+
+
 @dataclass
 class EngineConfig:
     """The generation engine (registry ``ragen2.engines.ENGINES``) and its sampling settings.
@@ -183,7 +188,7 @@ class EngineConfig:
     sleep_mode: bool = False  # vLLM on CUDA: free weights and KV cache during updates
     cpu_kvcache_gb: int = 1  # vLLM-CPU KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
     # HF engine: sequences generated at once (a turn's prompts go in chunks of this many; a
-    # different value changes which samples a seed draws); null = 256, or on the CPU when no
+    # different value changes which samples a seed draws); null = HF_MAX_BATCH (256), or on the CPU when no
     # learner setting fits that, the largest of a coarse grid that fits (ragen2.cluster.host_memory)
     hf_max_batch: Optional[int] = None
 

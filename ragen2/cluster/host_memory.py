@@ -63,7 +63,7 @@ from typing import Any, Iterator, Optional
 
 from ragen2.cluster.host import HostMemory, host_memory
 from ragen2.cluster.shapes import ModelShape, model_shape
-from ragen2.config import Config
+from ragen2.config import HF_MAX_BATCH, Config
 
 GiB = 2**30
 LEARNER_PROCESS = 1.0 * GiB
@@ -74,9 +74,6 @@ RAY_PROCESSES = 1.0 * GiB
 RAY_THRESHOLD = 0.95  # Ray's memory monitor default (RAY_memory_usage_threshold)
 MARGIN = 0.10
 SCORE_CHUNK = 64  # continuations per scoring forward before monitor.score_tokens existed
-#: the HF engine's batch when ``engine.hf_max_batch`` is null and 256 fits (or on CUDA, or with no
-#: estimate): what it always was, so a job that fits generates exactly the samples it did before
-HF_MAX_BATCH = 256
 #: the batches the plan chooses from below that (powers of 2 and 1.5x them): a coarse grid, so a
 #: few hundred MB more or less free memory at launch rarely changes the batch, and with it which
 #: samples a seed draws

@@ -6,13 +6,9 @@ from typing import Any, Sequence
 
 import torch
 
+from ragen2.config import HF_MAX_BATCH
 from ragen2.engines.base import Generation, SamplingParams, Weights, named_tensors
 from ragen2.seeding import request_seed
-
-
-#: sequences generated at once when neither the caller nor ``engine.hf_max_batch`` says
-#: (``ragen2.cluster.host_memory.HF_MAX_BATCH``, the plan's first choice, is the same number)
-MAX_BATCH = 256
 
 
 class _PolicySampler:
@@ -83,9 +79,9 @@ class HFEngine:
     generation proceeds: the policy distribution the learner scores (before top-p truncation).
 
     A generate call runs its prompts in chunks of ``max_batch_size`` (the argument, else
-    ``options.hf_max_batch``, else :data:`MAX_BATCH`), chunk ``k`` starting at prompt ``s`` under
-    ``torch.manual_seed(request_seed(params.seed, s))``; all of a chunk's rows draw from that one
-    stream. So the first chunk is seeded as a single batch is: a call with no more prompts than
+    ``options.hf_max_batch``, else :data:`ragen2.config.HF_MAX_BATCH`), chunk ``k`` starting at
+    prompt ``s`` under ``torch.manual_seed(request_seed(params.seed, s))``; all of a chunk's rows
+    draw from that one stream. So the first chunk is seeded as a single batch is: a call with no more prompts than
     the batch samples exactly what it did before the batch was configurable, and a chunked call is
     reproducible (the same prompts, seed and batch give the same samples) but samples rows beyond
     the first differently from one batch. Greedy decoding does not depend on the chunking
@@ -105,7 +101,7 @@ class HFEngine:
         self.shipped_generation_config = self.model.generation_config
         self.model.generation_config = self.generation_config()
         self.max_batch_size = (max_batch_size or getattr(options, "hf_max_batch", None)
-                               or MAX_BATCH)
+                               or HF_MAX_BATCH)
         self.policy_version = 0
         self._tied = self._tied_parameter_names()
 
