@@ -10,6 +10,7 @@ the reason. The wall time of each case is printed in a summary at the end (``pyt
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -268,8 +269,16 @@ def test_memory_hog(mode):
     res, _, _ = hostile("memory hog 10 GB", mode, "x = bytearray(10 * 2**30)\nreturn 2")
     assert res.status == "memory"
     assert res.payload["results"][0]["error"].startswith("MemoryError")
+    # Growing address space: bytes(n) is calloc'd, so the pages are never touched and the limit is
+    # reached in milliseconds on any machine (CI once saw the touched version below at 256 MiB run
+    # past the 1 s CPU / 2 s wall limits: faulting in 256 MiB is slow under memory pressure).
     res, _, _ = hostile("memory hog growing", mode,
-                        "chunks = []\nwhile True:\n    chunks.append(bytearray(2**24))")
+                        "chunks = []\nwhile True:\n    chunks.append(bytes(2**24))")
+    assert res.status == "memory"
+    # Touched pages, at a smaller limit so few pages have to be faulted in before it acts.
+    res, _, _ = hostile("memory hog touched", mode,
+                        "chunks = []\nwhile True:\n    chunks.append(bytearray(2**22))",
+                        limits=dataclasses.replace(LIMITS, memory_mb=96))
     assert res.status == "memory"
 
 
