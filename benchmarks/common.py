@@ -68,6 +68,26 @@ def machine() -> dict[str, Any]:
             "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], **versions}
 
 
+def proc_status_kib(*keys: str, pid: int | str = "self") -> dict[str, int]:
+    """Fields of ``/proc/<pid>/status`` in KiB (``VmHWM``, ``VmRSS``, ``RssAnon``, ...): those
+    present; empty when the process is gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key = line.split(":", 1)[0]
+                if key in keys:
+                    out[key] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
+def kib(key: str) -> int:
+    """One ``/proc/self/status`` field in KiB (KeyError if the kernel has no such field)."""
+    return proc_status_kib(key)[key]
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval of a rate k / n ((nan, nan) for n = 0)."""
     if n == 0:

@@ -59,13 +59,6 @@ MALLOC = {"default": {}, "mmap128k": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 IDS = [[5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300]]
 
 
-def _status(key: str) -> int:
-    """A /proc/self/status field in kB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise KeyError(key)
 
 
 def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out: str) -> None:
@@ -77,14 +70,14 @@ def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out
     from ragen2.train import load_config
 
     cfg = load_config(["cluster.learner_world_size=2", *overrides])
-    base = _status("VmRSS")
-    peak_anon, peak_file = [_status("RssAnon")], [_status("RssFile")]
+    base = common.kib("VmRSS")
+    peak_anon, peak_file = [common.kib("RssAnon")], [common.kib("RssFile")]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.02):
-            peak_anon[0] = max(peak_anon[0], _status("RssAnon"))
-            peak_file[0] = max(peak_file[0], _status("RssFile"))
+            peak_anon[0] = max(peak_anon[0], common.kib("RssAnon"))
+            peak_file[0] = max(peak_file[0], common.kib("RssFile"))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -95,10 +88,10 @@ def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out
     setup_s = time.perf_counter() - t0
     done.set()
     sampler.join()
-    peak_anon[0] = max(peak_anon[0], _status("RssAnon"))
-    res = {"base_rss_mb": base / 1024, "peak_rss_mb": _status("VmHWM") / 1024,
+    peak_anon[0] = max(peak_anon[0], common.kib("RssAnon"))
+    res = {"base_rss_mb": base / 1024, "peak_rss_mb": common.kib("VmHWM") / 1024,
            "peak_anon_mb": peak_anon[0] / 1024, "peak_file_mb": peak_file[0] / 1024,
-           "after_rss_mb": _status("VmRSS") / 1024, "after_anon_mb": _status("RssAnon") / 1024,
+           "after_rss_mb": common.kib("VmRSS") / 1024, "after_anon_mb": common.kib("RssAnon") / 1024,
            "setup_s": setup_s}
     with torch.no_grad():
         logits = r.model(input_ids=torch.tensor(IDS), use_cache=False).logits

@@ -30,17 +30,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import emit, free_port, parse_args, run_child, write_result  # noqa: E402
+from common import emit, free_port, kib, parse_args, run_child, write_result  # noqa: E402
 
 GiB = 2**30
 
 
 def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return kib(key) * 1024
 
 
 def _cfg(dtype: str, ckpt: bool, mbt: int, ctx: int, extra: tuple[str, ...] = ()) -> Any:

@@ -28,15 +28,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from common import kib  # noqa: E402
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_attention_heads=9,
                num_key_value_heads=3, tie_word_embeddings=True, max_position_embeddings=2048)
 
 
-def _kib(field: str) -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -69,11 +66,11 @@ def measure(args: argparse.Namespace) -> dict:
     with torch.no_grad():
         score(model, ctx, conts[:2], **kwargs)  # allocator and kernels warmed up
         open("/proc/self/clear_refs", "w").write("5")  # reset VmHWM
-        base = _kib("VmRSS")
+        base = kib("VmRSS")
         t0 = time.perf_counter()
         lp, n = score(model, ctx, conts, **kwargs)
         seconds = time.perf_counter() - t0
-        peak = _kib("VmHWM")
+        peak = kib("VmHWM")
     return {"peak_mb": round((peak - base) / 1024, 1), "seconds": round(seconds, 2),
             "logp_sum": [float(x) for x in lp], "tokens": int(n.sum())}
 
