@@ -83,12 +83,15 @@ class TreeSampler:
             if "VmHWM" not in st:
                 continue
             hwm, rss = st["VmHWM"], st.get("VmRSS", 0)
-            title = _title(p.pid)
+            title = _title(p.pid)[:160]
             rec = self.procs.setdefault(p.pid, {"pid": p.pid, "title": title, "titles": [],
                                                 "peak_gib": 0.0, "max_rss_gib": 0.0,
+                                                "peak_private_gib": 0.0,
                                                 "at_max_rss_gib": {}, "parents": []})
             if title not in rec["titles"]:
                 rec["titles"].append(title)  # Ray renames a worker: ray::IDLE, ray::LearnerRank...
+            private = (st.get("RssAnon", 0) + st.get("RssFile", 0)) * 1024 / GiB
+            rec["peak_private_gib"] = max(rec["peak_private_gib"], private)
             if rss * 1024 / GiB > rec["max_rss_gib"]:
                 rec["at_max_rss_gib"] = {k: v * 1024 / GiB for k, v in st.items()
                                          if k.startswith("Rss")}
@@ -153,23 +156,35 @@ def report(args: argparse.Namespace, est: dict[str, Any], sampler: TreeSampler, 
     procs = sampler.by_role(log_text)
     roles: dict[str, dict[str, Any]] = {}
     for r in procs:
-        d = roles.setdefault(r["role"], {"processes": 0, "max_peak_gib": 0.0, "sum_peak_gib": 0.0})
+        d = roles.setdefault(r["role"], {"processes": 0, "max_peak_gib": 0.0, "sum_peak_gib": 0.0,
+                                         "max_private_gib": 0.0, "sum_private_gib": 0.0})
         d["processes"] += 1
         d["max_peak_gib"] = max(d["max_peak_gib"], r["peak_gib"])
         d["sum_peak_gib"] += r["peak_gib"]
+        private = r.get("peak_private_gib", r["peak_gib"])
+        d["max_private_gib"] = max(d["max_private_gib"], private)
+        d["sum_private_gib"] += private
     # an engine worker's estimate covers the worker and what it spawns (vLLM's engine core)
-    engine_tree = roles.get("engine", {}).get("sum_peak_gib", 0.0) / max(1, est.get("workers", 1))
+    workers = max(1, est.get("workers", 1))
+    engine_tree = roles.get("engine", {}).get("sum_peak_gib", 0.0) / workers
+    engine_private = roles.get("engine", {}).get("sum_private_gib", 0.0) / workers
     ratios = {}
+    # VmHWM counts the object store's shared pages a process maps (the weights of a sync, counted
+    # once in the estimate's shared terms); "private" is anonymous + file-backed memory only
     if est and "learner" in roles:
         ratios["learner_estimate_over_peak"] = est["learner_rank"] / roles["learner"]["max_peak_gib"]
+        ratios["learner_estimate_over_private_peak"] = (
+            est["learner_rank"] / roles["learner"]["max_private_gib"])
     if est and "engine" in roles:
         ratios["engine_estimate_over_peak"] = est["engine_worker"] / engine_tree
+        ratios["engine_estimate_over_private_peak"] = est["engine_worker"] / engine_private
     if est and run.get("host_used_gib"):
         ratios["need_over_host_used"] = est["need"] / run["host_used_gib"]
     return {"benchmark": "job_memory", "name": args.name, "machine": machine(),
             "command": "ragen2-train " + " ".join(args.overrides), **run,
             "sampling_s": args.every, "estimate_gib": est, "roles": roles,
-            "engine_worker_tree_gib": engine_tree, "ratios": ratios, "processes": procs}
+            "engine_worker_tree_gib": engine_tree,
+            "engine_worker_tree_private_gib": engine_private, "ratios": ratios, "processes": procs}
 
 
 def main() -> int:
