@@ -15,6 +15,7 @@ CHILD = "import time\nx = bytearray(300 * 2**20)\nprint('ready', flush=True)\nti
 
 
 def test_role_comes_from_the_title_or_an_ancestor():
+    """No run: process titles as strings."""
     assert jm.role_of("ray::LearnerRank.update", []) == "learner"
     assert jm.role_of("ray::IDLE", []) == "ray"
     assert jm.role_of("VLLM::EngineCore", ["ray::RolloutWorker.rollout"]) == "engine"
