@@ -128,9 +128,9 @@ def estimate(overrides: list[str]) -> dict[str, Any]:
     from ragen2.cluster.host import host_memory
     from ragen2.compose import load_config
 
-    cfg = load_config(overrides)
-    b = hm.estimate_host_memory(cfg, host_memory())
-    if b is None:
+    cfg, host = load_config(overrides), host_memory()
+    b = hm.estimate_host_memory(cfg, host) if host is not None else None
+    if b is None:  # unknown model shape, or /proc/meminfo unreadable
         return {}
     return {"learner_rank": b.learner_peak / GiB, "ranks": b.ranks,
             "engine_worker": b.engine_peak / GiB, "workers": b.workers,
