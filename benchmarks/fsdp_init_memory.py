@@ -59,8 +59,6 @@ MALLOC = {"default": {}, "mmap128k": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 IDS = [[5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300]]
 
 
-
-
 def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out: str) -> None:
     import torch
 

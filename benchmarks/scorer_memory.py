@@ -34,8 +34,6 @@ SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_at
                num_key_value_heads=3, tie_word_embeddings=True, max_position_embeddings=2048)
 
 
-
-
 def measure(args: argparse.Namespace) -> dict:
     """In this process: build the model, score once, report the peak above the resident set."""
     import numpy as np

@@ -188,8 +188,9 @@ class EngineConfig:
     sleep_mode: bool = False  # vLLM on CUDA: free weights and KV cache during updates
     cpu_kvcache_gb: int = 1  # vLLM-CPU KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE)
     # HF engine: sequences generated at once (a turn's prompts go in chunks of this many; a
-    # different value changes which samples a seed draws); null = HF_MAX_BATCH (256), or on the CPU when no
-    # learner setting fits that, the largest of a coarse grid that fits (ragen2.cluster.host_memory)
+    # different value changes which samples a seed draws); null = HF_MAX_BATCH (256), or on the
+    # CPU when no learner setting fits that, the largest of a coarse grid that fits
+    # (ragen2.cluster.host_memory)
     hf_max_batch: Optional[int] = None
 
     def validate(self, p: str) -> None:

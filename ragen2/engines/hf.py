@@ -81,10 +81,10 @@ class HFEngine:
     A generate call runs its prompts in chunks of ``max_batch_size`` (the argument, else
     ``options.hf_max_batch``, else :data:`ragen2.config.HF_MAX_BATCH`), chunk ``k`` starting at
     prompt ``s`` under ``torch.manual_seed(request_seed(params.seed, s))``; all of a chunk's rows
-    draw from that one stream. So the first chunk is seeded as a single batch is: a call with no more prompts than
-    the batch samples exactly what it did before the batch was configurable, and a chunked call is
-    reproducible (the same prompts, seed and batch give the same samples) but samples rows beyond
-    the first differently from one batch. Greedy decoding does not depend on the chunking
+    draw from that one stream. So the first chunk is seeded as a single batch is: a call with no
+    more prompts than the batch samples exactly what it did before the batch was configurable,
+    and a chunked call is reproducible (the same prompts, seed and batch give the same samples)
+    but samples rows beyond the first differently from one batch. Greedy decoding does not depend on the chunking
     (``tests/engines/test_hf.py``).
     """
 
