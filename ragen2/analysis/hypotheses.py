@@ -18,6 +18,10 @@ interval with :func:`ragen2.analysis.run_stats.verdict`. Three kinds:
   steps that are not multiples of ``skip_every`` (steps that also run the monitor or an
   evaluation), mean over seeds; reported also as ``exp(diff)``.
 
+A run or seed that gives no value is not silently left out: ``dropped`` names it and says why
+(too few logged points and the step of the last one, a seed the other arm lacks), so a verdict
+of "no data" explains itself.
+
 Pure over the metrics dicts; no I/O.
 """
 
@@ -107,14 +111,36 @@ def _by_seed(study: dict[RunKey, Metrics], arm: str) -> dict[Hashable, Metrics]:
     return {seed: m for (a, seed), m in study.items() if a == arm}
 
 
-def _tracking(m: Metrics, h: Tracks) -> float | None:
+def _tracking(m: Metrics, h: Tracks) -> tuple[float | None, str]:
+    """(rho(x, y) - |rho(than, y)|, "") or (None, why there is no value)."""
     xs, ts, ys = (dict(series(m, n)) for n in (h.x, h.than, h.y))
     steps = sorted(s for s in set(xs) & set(ts) & set(ys) if s >= h.steps_from)
     rx = spearman([(xs[s], ys[s]) for s in steps])["rho"]
     rt = spearman([(ts[s], ys[s]) for s in steps])["rho"]
     if rx is None or rt is None:
-        return None
-    return rx - abs(rt)
+        flat = [n for n, r in ((h.x, rx), (h.than, rt)) if r is None]
+        return None, (f"{len(steps)} step(s) from step {h.steps_from} log {h.x}, {h.than} and {h.y}"
+                      f"; rho undefined for {', '.join(flat)}")
+    return rx - abs(rt), ""
+
+
+def _too_few(m: Metrics, metric: str, need: int) -> str:
+    s = series(m, metric)
+    last = f", the last at step {s[-1][0]}" if s else ""
+    return f"{len(s)} logged value(s) of {metric}{last}; the change needs {need}"
+
+
+def _dropped_pairs(a: dict[Hashable, Any], b: dict[Hashable, Any], arm: str, baseline: str,
+                   why_none: Any) -> dict[str, str]:
+    """Why each seed of ``arm`` or ``baseline`` gives no paired value."""
+    out: dict[str, str] = {}
+    for name, this, other, other_name in ((arm, a, b, baseline), (baseline, b, a, arm)):
+        for s, v in this.items():
+            if v is None:
+                out[f"{name}/{s}"] = why_none(name, s)
+            elif s not in other:
+                out[f"{name}/{s}"] = f"no {other_name} run of seed {s}"
+    return out
 
 
 def evaluate(study: dict[RunKey, Metrics], h: Hypothesis, resamples: int = 2000, seed: int = 0
@@ -126,25 +152,32 @@ def evaluate(study: dict[RunKey, Metrics], h: Hypothesis, resamples: int = 2000,
     if isinstance(h, Change):
         _check_series(h.metric)
         a = {s: run_change(m, h.metric, h.final_points) for s, m in _by_seed(study, h.arm).items()}
+
+        def few(arm: str, s: Hashable) -> str:
+            return _too_few(study[(arm, s)], h.metric, h.final_points + 1)
+
         if h.baseline is None:
             vals = {s: v for s, v in a.items() if v is not None}
             lo, hi = bootstrap_interval(list(vals.values()), "mean", resamples, seed=seed)
             effect = statistics.fmean(vals.values()) if vals else None
-            out.update(effect=effect, lo=lo, hi=hi, n=len(vals), per_unit=vals)
+            out.update(effect=effect, lo=lo, hi=hi, n=len(vals), per_unit=vals,
+                       dropped={f"{h.arm}/{s}": few(h.arm, s) for s, v in a.items() if v is None})
         else:
             b = {s: run_change(m, h.metric, h.final_points)
                  for s, m in _by_seed(study, h.baseline).items()}
             d = paired_difference(a, b, "mean", resamples, seed=seed)
             out.update(effect=d["diff"], lo=d["lo"], hi=d["hi"], n=d["n"], per_unit=d["per_seed"],
-                       n_below=d["n_below"], n_above=d["n_above"])
+                       n_below=d["n_below"], n_above=d["n_above"],
+                       dropped=_dropped_pairs(a, b, h.arm, h.baseline, few))
     elif isinstance(h, Tracks):
         _check_series(h.x, h.than, h.y)
         per = {f"{arm}/{s}": _tracking(m, h) for (arm, s), m in study.items()
                if not h.arms or arm in h.arms}
-        vals = {k: v for k, v in per.items() if v is not None}
+        vals = {k: v for k, (v, _) in per.items() if v is not None}
         lo, hi = bootstrap_interval(list(vals.values()), "median", resamples, seed=seed)
         out.update(effect=statistics.median(vals.values()) if vals else None, lo=lo, hi=hi,
-                   n=len(vals), per_unit=vals)
+                   n=len(vals), per_unit=vals,
+                   dropped={k: why for k, (v, why) in per.items() if v is None})
     else:  # Ratio
         _check_series(h.metric)
 
@@ -152,8 +185,11 @@ def evaluate(study: dict[RunKey, Metrics], h: Hypothesis, resamples: int = 2000,
             return {s: (math.log(v) if (v := run_mean(m, h.metric, h.skip_every)) and v > 0 else None)
                     for s, m in _by_seed(study, arm).items()}
 
-        d = paired_difference(logs(h.arm), logs(h.baseline), "mean", resamples, seed=seed)
+        a, b = logs(h.arm), logs(h.baseline)
+        d = paired_difference(a, b, "mean", resamples, seed=seed)
         out.update(effect=d["diff"], lo=d["lo"], hi=d["hi"], n=d["n"], per_unit=d["per_seed"],
+                   dropped=_dropped_pairs(a, b, h.arm, h.baseline,
+                                          lambda arm, s: f"no {h.metric} on a plain step"),
                    ratio=None if d["diff"] is None else math.exp(d["diff"]),
                    ratio_lo=None if d["lo"] is None else math.exp(d["lo"]),
                    ratio_hi=None if d["hi"] is None else math.exp(d["hi"]))

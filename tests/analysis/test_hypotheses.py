@@ -60,8 +60,23 @@ def test_paired_change_against_a_baseline_by_hand():
     assert r["effect"] == pytest.approx(-0.95) and r["n"] == 2 and r["n_below"] == 2
     assert r["lo"] == pytest.approx(-1.2) and r["hi"] == pytest.approx(-0.7)
     assert r["verdict"] == "supported"
+    assert r["dropped"] == {"none/2": "no none_ent run of seed 2"}
     assert evaluate(study, Change("x", "", "none_ent", "panel_turns_mi", "positive", "none")
                     )["verdict"] == "contradicted"
+
+
+def test_runs_without_a_value_are_named_with_the_reason():
+    # the bonus arm's instrument stops logging after step 5 (no reasoning left to score): its
+    # change needs 3 points, so every seed drops out and the verdict says "no data" -- with why
+    key = "collapse/turns/retrieval_acc@1"
+    study = {("none_ent", s): {1: {key: 0.6}, 5: {key: 0.3}} for s in (0, 1)}
+    study[("none", 0)] = {st: {key: 0.6} for st in (1, 5, 10)}  # has a value; its pair has none
+    r = evaluate(study, Change("H1b", "", "none_ent", "turns_retrieval", "negative", "none"))
+    assert r["verdict"] == "no data" and r["n"] == 0
+    why = "2 logged value(s) of turns_retrieval, the last at step 5; the change needs 3"
+    assert r["dropped"] == {"none_ent/0": why, "none_ent/1": why}
+    own = evaluate({("none_ent", 0): {}}, Change("H1c", "", "none_ent", "token_entropy", "negative"))
+    assert own["dropped"] == {"none_ent/0": "0 logged value(s) of token_entropy; the change needs 3"}
 
 
 def test_own_change_without_a_baseline():
@@ -92,6 +107,8 @@ def test_tracks_per_run_rho_minus_the_absolute_rho_of_the_other_metric():
     # step 0 is not counted (steps_from=1): the 9 / 5 outliers there change nothing
     assert r["per_unit"] == pytest.approx({"none/0": 0.0, "top_p/0": -0.5})
     assert r["effect"] == pytest.approx(-0.25) and r["n"] == 2
+    assert r["dropped"] == {"none/1": "3 step(s) from step 1 log panel_turns_mi, token_entropy and "
+                                      "success; rho undefined for token_entropy"}
     only = evaluate({("none", 0): a, ("top_p", 0): c}, Tracks("t", "", "panel_turns_mi",
                                                               "token_entropy", arms=("top_p",)))
     assert only["per_unit"] == pytest.approx({"top_p/0": -0.5}) and only["verdict"] == "no data"
@@ -107,7 +124,10 @@ def test_ratio_of_step_times_by_hand():
     assert r["effect"] == pytest.approx(sum(want) / 2)
     assert r["ratio"] == pytest.approx(math.exp(sum(want) / 2))
     assert r["ratio_lo"] == pytest.approx(0.75) and r["ratio_hi"] == pytest.approx(0.8)
-    assert r["verdict"] == "supported"
+    assert r["verdict"] == "supported" and r["dropped"] == {}
+    del study[("top_p", 1)]
+    one = evaluate(study, Ratio("H4", "", arm="top_p", baseline="none"))
+    assert one["n"] == 1 and one["dropped"] == {"none/1": "no top_p run of seed 1"}
 
 
 def test_unknown_series_and_kinds_are_refused():
