@@ -91,7 +91,9 @@ ARMS_V2 = {"none": lambda: ["filter=none"],
            # exploratory, no verdict (README "Study 2", deviation of the second sitting): the
            # registered bonus left no reasoning to measure by step 10 in every bonus run, so H1
            # is read descriptively at RAGEN-2's own coefficient; run with --arms none_ent_paper
-           "none_ent_paper": lambda: ["filter=none", f"algorithm.entropy_coef={PAPER_ENTROPY_COEF}"]}
+           "none_ent_paper": lambda: ["filter=none", f"algorithm.entropy_coef={PAPER_ENTROPY_COEF}"],
+           # and a tenth of c: between the paper's bonus and the one that destroyed the format
+           "none_ent_tenth": lambda: ["filter=none", f"algorithm.entropy_coef={ENTROPY_COEF / 10:.3g}"]}
 #: the arms a plain invocation runs (the pre-registered five)
 REGISTERED_V2 = ["none", "top_p", "none_ent", "top_p_ent", "tiered"]
 ARMS_V1 = {"none": lambda: ["filter=none"], "top_p": lambda: ["filter=top_p"],
