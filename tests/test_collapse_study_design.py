@@ -4,6 +4,8 @@ the pre-registered hypotheses naming arms and series that exist. No run: the ove
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ragen2.analysis.study import SERIES
@@ -34,7 +36,12 @@ def test_v2_arms_of_a_seed_share_its_warm_start_and_differ_only_in_the_arm(study
         # the dated deviation (README "Study 2"): a step that keeps nothing does not end the run
         "top_p_ent": ["algorithm.entropy_coef=0.02", "filter=ragen2_paper",
                       "trainer.max_skipped_steps=1000"],
-        "tiered": ["filter=tiered"]}
+        "tiered": ["filter=tiered"],
+        # exploratory (the dated deviation of the second sitting): RAGEN-2's bonus and c / 10
+        "none_ent_paper": ["algorithm.entropy_coef=0.003", "filter=none"],
+        "none_ent_tenth": ["algorithm.entropy_coef=0.002", "filter=none"]}
+    # a plain invocation runs the pre-registered five only
+    assert study.DESIGNS["v2"]["default_arms"] == ["none", "top_p", "none_ent", "top_p_ent", "tiered"]
     assert "env=sokoban" in study.overrides("none", 0, _settings(study, variant="sokoban"))
 
 
@@ -52,7 +59,7 @@ def test_entropy_arms_refuse_to_run_before_the_coefficient_is_measured(study, mo
 
 
 def test_hypotheses_name_arms_and_series_that_exist(study):
-    arms = set(study.DESIGNS["v2"]["arms"])
+    arms = set(study.DESIGNS["v2"]["default_arms"])  # no verdict reads an exploratory arm
     hs = study.hypotheses()
     assert [h.id for h in hs] == ["H1a", "H1b", "H1c", "H2a", "H2b", "H3a", "H3b", "H4a", "H4b"]
     for h in hs:
@@ -61,3 +68,42 @@ def test_hypotheses_name_arms_and_series_that_exist(study):
         for name in (getattr(h, k, None) for k in ("metric", "x", "than", "y")):
             assert name is None or name in SERIES
         assert h.direction in ("negative", "positive")
+
+
+def _panel_step(folder, step, reasonings):
+    """One later-turn panel file: a prompt per entry of ``reasonings`` (its samples' texts)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    recs = [{"step": step, "key": k, "env": "frozenlake", "turn": 2, "prompt": f"state {k}",
+             "reasoning": texts, "answers": ["Down"] * len(texts)}
+            for k, texts in enumerate(reasonings)]
+    (folder / f"step_{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_examples_show_the_most_and_least_collapsed_later_turn_reasoning(study, tmp_path):
+    """The runs are chosen by the fall of the later-turn panel MI (a run starting at its floor
+    cannot fall and is not chosen; one whose reasoning vanished has its own section), and the
+    3-grams shared by at least half the prompts at a step are marked."""
+    def run(name, mi, floor, last):
+        d = tmp_path / "runs" / name
+        _panel_step(d / "panel" / "turns", 0, [[f"I am at row {k}. The goal is far."] for k in range(4)])
+        _panel_step(d / "panel" / "turns", 40, last)
+        metrics = {0: {"collapse/panel/turns/mi": mi[0], "collapse/panel/turns/mi_floor": floor},
+                   40: {"collapse/panel/turns/mi": mi[1], "collapse/panel/turns/mi_floor": floor}}
+        return d, metrics
+    same = [["I am at row 1. The goal is far."]] * 4
+    runs = {("none", 0): run("none_s0", (1.6, 0.4), 0.01, same),      # falls 1.2: most
+            ("top_p", 0): run("top_p_s0", (1.6, 1.5), 0.01, same),     # falls 0.1: least
+            ("none", 1): run("none_s1", (0.0, -0.5), 0.02, same),      # at its floor from step 0
+            ("none_ent", 0): run("none_ent_s0", (1.6, 0.0), 0.01, [[""]] * 4)}  # vanished
+    rows = [{"arm": a, "seed": s, "initial_success": 0.1, "final_success": 0.5} for a, s in runs]
+    study.write_examples(tmp_path, rows, {k: d for k, (d, _) in runs.items()},
+                         {k: m for k, (_, m) in runs.items()})
+    text = (tmp_path / "examples.md").read_text()
+    heads = [line for line in text.splitlines() if line.startswith("## ")]
+    assert [h.split(": ")[1].split(" (")[0] for h in heads] == ["none seed 0", "top_p seed 0",
+                                                               "none_ent seed 0"]
+    assert "1.60 -> 0.40 nats" in heads[0] and heads[2].startswith("## reasoning vanished")
+    # step 0: "the goal is far" is in every prompt, the row differs; step 40: all the same
+    assert ("reasoning: <mark>I am at row</mark> 0. <mark>The goal is far</mark>." in text
+            and "reasoning: <mark>I am at row 1. The goal is far</mark>." in text)
+    assert "- step 40: 0% of the samples write reasoning" in text and "reasoning: (none)" in text

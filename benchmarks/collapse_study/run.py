@@ -319,7 +319,7 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
               "headline": headline(table, corr, metrics, corr_default, design["default_arms"]),
               "plots": [p.name for p in plots]}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
-    write_examples(out, rows, dirs)
+    write_examples(out, rows, dirs, metrics)
     print(result["headline"], flush=True)
     for h in tested:
         print(f"  {h['id']}: effect {fmt(h['effect'])} [{fmt(h['lo'])}, {fmt(h['hi'])}] "
@@ -329,31 +329,71 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     return result
 
 
-def write_examples(out: Path, rows: list[dict], dirs: dict) -> None:
-    """First-turn reasoning at the first and the last saved step of the runs with the lowest and
-    the highest final MI (with its permutation floor: at this scale the two may not differ)."""
-    from ragen2.analysis.study import reasoning_examples
+def write_examples(out: Path, rows: list[dict], dirs: dict, metrics: dict) -> None:
+    """Later-turn reasoning (the later-turn probe panel: the same fixed states at every
+    measurement) at the first and the last panel step of the most and the least collapsed runs
+    -- the largest and the smallest fall of the later-turn panel MI among runs that start above
+    the panel's permutation floor and still write reasoning at the end -- and of a run whose
+    reasoning vanished, if any. The template n-grams
+    (3-grams in the reasoning of at least half the panel's prompts at that step, the report's
+    template mining) are marked."""
+    from ragen2.analysis.report_samples import highlight, load_panel, template_ngrams
+    from ragen2.analysis.study import series
 
-    scored = [r for r in rows if r.get("final_mi") is not None]
-    if not scored:  # said, not left out: a reader of the folder sees why there are no examples
-        (out / "examples.md").write_text("# Reasoning examples\n\nNo run logged a first-turn MI "
-                                         "(no monitor step with first-turn reasoning).\n")
-        return
+    def share_with_reasoning(prompts: list[dict]) -> float:
+        texts = [t for p in prompts for t in p["reasoning"]]
+        return sum(bool(t) for t in texts) / max(len(texts), 1)
+
+    panels, falls, vanished = {}, {}, []
+    for r in rows:
+        key = (r["arm"], r["seed"])
+        panel = load_panel(dirs[key], "panel/turns") if key in dirs else {}
+        mi = series(metrics.get(key, {}), "panel_turns_mi")
+        if len(panel) < 2 or len(mi) < 2:
+            continue
+        panels[key] = panel
+        floor = dict(series(metrics[key], "panel_turns_mi_floor")).get(mi[0][0])
+        if share_with_reasoning(panel[max(panel)]) >= 0.5:
+            if floor is None or mi[0][1] > floor:  # a panel that starts at its floor cannot fall
+                falls[key] = mi[0][1] - mi[-1][1]
+        else:
+            vanished.append(key)
     lines = ["# Reasoning examples", "",
-             ("First-turn `<think>` text at the first and the last saved step, distinct prompts "
-              "(env seeds)."), ""]
-    low, high = min(scored, key=lambda r: r["final_mi"]), max(scored, key=lambda r: r["final_mi"])
-    for title, r in (("lowest final MI", low), ("highest final MI", high)):
-        floor = r.get("final_mi_null")
-        lines += [(f"## {title}: {r['arm']} seed {r['seed']} (MI {r['final_mi']:.4f} nats, "
-                   f"permutation floor {fmt(floor, 4)}; held-out success "
-                   f"{fmt(r.get('initial_success'))} -> {fmt(r.get('final_success'))})"), ""]
-        for which in ("first", "last"):
-            for ex in reasoning_examples(dirs[(r["arm"], r["seed"])], step=which):
-                prompt = (ex["prompt"] or "").strip().replace("\n", " / ")
-                lines += [f"- step {ex['step']}, env seed {ex['env_seed']}, reward {ex['reward']:.2f}",
-                          f"  - observation: `{prompt[:160]}`",
-                          f"  - reasoning: `{ex['reasoning'][:300]}`"]
+             ("Later-turn `<think>` text from the later-turn probe panel (the same fixed states, "
+              "after a scripted 2-turn opening, at every measurement): three prompts, one sample "
+              "each, at the first and the last panel step. <mark>Marked</mark>: the 3-grams in "
+              "the reasoning of at least half the panel's prompts at that step (template mining, "
+              "as in `ragen2-report`)."), ""]
+    if not falls and not vanished:
+        lines.append("No run has a later-turn panel at two steps (monitor.panel_size > 0 and "
+                     "a later-turn panel are needed).")
+    chosen = []
+    if falls:
+        most, least = max(falls, key=falls.get), min(falls, key=falls.get)
+        chosen += [("most collapsed (largest fall of the later-turn panel MI)", most)]
+        if least != most:
+            chosen += [("least collapsed (smallest fall)", least)]
+    if vanished:
+        chosen += [("reasoning vanished (under half the samples write any at the end)", vanished[0])]
+    for title, key in chosen:
+        mi = series(metrics[key], "panel_turns_mi")
+        row = next(r for r in rows if (r["arm"], r["seed"]) == key)
+        lines += [(f"## {title}: {key[0]} seed {key[1]} (later-turn panel MI {mi[0][1]:.2f} -> "
+                   f"{mi[-1][1]:.2f} nats; held-out success {fmt(row.get('initial_success'))} -> "
+                   f"{fmt(row.get('final_success'))})"), ""]
+        panel = panels[key]
+        for step in (min(panel), max(panel)):
+            prompts = panel[step]
+            mined = template_ngrams(prompts, 3)
+            marks = {g for g, _ in mined}
+            top = ", ".join(f"\"{' '.join(g)}\" {share:.0%}" for g, share in mined[:5]) or "none"
+            lines += [f"- step {step}: {share_with_reasoning(prompts):.0%} of the samples write "
+                      f"reasoning; template 3-grams: {top}"]
+            for p in prompts[:3]:
+                text = next((t for t in p["reasoning"] if t), "")
+                state = (p["prompt"] or "").strip().replace("\n", " / ")
+                lines += [f"  - state: `{state[:160]}`",
+                          f"    reasoning: {highlight(text[:300], marks, 3) or '(none)'}"]
         lines.append("")
     (out / "examples.md").write_text("\n".join(lines))
 

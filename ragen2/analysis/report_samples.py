@@ -51,17 +51,18 @@ def _panel_record(rec: Any, where: str) -> Prompt:
             "reasoning": reasoning, "answers": answers}
 
 
-def load_panel(run_dir: str | Path) -> dict[int, list[Prompt]]:
-    """``RUN_DIR/panel/step_*.jsonl`` as {step: [prompt, ...]}, ascending; {} without the folder.
+def load_panel(run_dir: str | Path, folder: str = "panel") -> dict[int, list[Prompt]]:
+    """``RUN_DIR/<folder>/step_*.jsonl`` as {step: [prompt, ...]}, ascending; {} without the
+    folder (``panel``: the first-turn panel; ``panel/turns``: the later-turn panel).
 
     A file with a defect (not JSON, a record without "key" or a reasoning list) is skipped with a
     ``RuntimeWarning`` naming it and the line, like ``load_rollouts`` does.
     """
-    folder = Path(run_dir) / "panel"
-    if not folder.is_dir():
+    where = Path(run_dir) / folder
+    if not where.is_dir():
         return {}
     out: dict[int, list[Prompt]] = {}
-    for path in sorted(folder.iterdir()):
+    for path in sorted(where.iterdir()):
         m = _PANEL_FILE.match(path.name)
         if not m or not path.is_file():
             continue
