@@ -85,11 +85,14 @@ def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list
     """log p(continuations[s] | contexts[columns[s, k]]) for this rank's share (collective).
 
     Work items (one context, up to ``chunk`` of its continuations) are dealt round-robin to
-    the ranks; every rank runs the same number of items (dummy ones are discarded), since
-    FSDP's forward is collective. Returns (s, k, summed logprob, tokens) for this rank's items.
-    Each item's logits are bounded by ``monitor.score_tokens`` (:func:`score_continuations`).
+    the ranks; every rank runs the same number of items (dummy ones are discarded) and, item by
+    item, the same number of forwards (each rank knows every rank's items, so it pads its own to
+    the largest :func:`forward_count` of the round), since FSDP's forward is collective: an item
+    split into more row slices on one rank than on the other would otherwise hang both.
+    Returns (s, k, summed logprob, tokens) for this rank's items. Each item's logits are bounded
+    by ``monitor.score_tokens`` (:func:`score_continuations`).
     """
-    from ragen2.learner.scoring import score_continuations
+    from ragen2.learner.scoring import forward_count, score_continuations
 
     columns = np.asarray(columns)
     items = []
@@ -97,17 +100,21 @@ def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list
         where = np.argwhere(columns == j)
         for i in range(0, len(where), chunk):
             items.append((j, where[i:i + chunk]))
-    per_rank = -(-len(items) // rank.world_size)
-    mine = items[rank.rank::rank.world_size]
+    world, budget = rank.world_size, rank.cfg.monitor.score_tokens
+    per_rank = -(-len(items) // world)
     dummy = (0, np.array([[0, 0]]))
+    dealt = [items[r::world] + [dummy] * (per_rank - len(items[r::world])) for r in range(world)]
+    rounds = [max(forward_count([len(continuations[s]) for s, _ in dealt[r][i][1]], budget)
+                  for r in range(world)) for i in range(per_rank)]
+    mine = items[rank.rank::world]
     out: list[tuple[int, int, float, int]] = []
     with torch.no_grad():
         for i in range(per_rank):
-            j, where = mine[i] if i < len(mine) else dummy
+            j, where = dealt[rank.rank][i]
             lp, n = score_continuations(rank.model, contexts[j],
                                         [continuations[s] for s, _ in where],
                                         temperature=rank.settings.temperature, device=rank.device,
-                                        token_budget=rank.cfg.monitor.score_tokens)
+                                        token_budget=budget, forwards=rounds[i])
             if i < len(mine):
                 out.extend((int(s), int(k), float(v), int(c))
                            for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))

@@ -16,10 +16,26 @@ import torch
 from ragen2.algos import logprobs_from_logits
 
 
+def forward_count(lengths: Sequence[int], token_budget: int = 0) -> int:
+    """The forwards :func:`score_continuations` runs for continuations of these ``lengths``: one
+    for the context, plus one per row slice whose longest continuation has >= 2 tokens (a
+    continuation's first token is scored from the context's last position); 0 without any.
+
+    Example: lengths [3, 1, 5, 0], budget 10 -> width 5, 2 rows a slice: slices [3, 1] and
+    [5, 0] -> 1 + 2 = 3; budget 0 (one slice) -> 2; lengths [1, 0] -> 1.
+    """
+    b = len(lengths)
+    if b == 0:
+        return 0
+    width = max(1, max(lengths))
+    rows = b if token_budget <= 0 else max(1, min(b, token_budget // width))
+    return 1 + sum(1 for s in range(0, b, rows) if max(lengths[s:s + rows]) > 1)
+
+
 def score_continuations(model: torch.nn.Module, context: Sequence[int],
                         continuations: Sequence[Sequence[int]], *, temperature: float = 1.0,
                         device: torch.device | str = "cpu", token_budget: int = 0,
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+                        forwards: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed log p(continuation | context) and token counts, one forward of the context.
 
     The continuations are scored in row slices of at most ``token_budget`` padded tokens (at
@@ -34,6 +50,9 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
         context: (Lp,) token ids, Lp >= 1.
         continuations: B lists of token ids (may differ in length; empty ones score 0).
         token_budget: padded continuation tokens per forward (``monitor.score_tokens``).
+        forwards: run at least this many forwards, padding with one-token forwards whose output
+            is discarded (0: just :func:`forward_count`). Under FSDP every forward is collective,
+            so ranks scoring different work must run the same number of them.
     Returns:
         logp_sum (B,) float32 and num_tokens (B,) long. Equal (to float error) to scoring each
         ``context + continuation`` as one sequence with :func:`logprobs_from_logits`.
@@ -42,7 +61,12 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
         raise ValueError("score_continuations needs a non-empty context")
     b = len(continuations)
     lengths = torch.tensor([len(c) for c in continuations], dtype=torch.long)
+    planned = forward_count(lengths.tolist(), token_budget)
+    if forwards and forwards < planned:
+        raise ValueError(f"forwards={forwards} is below the {planned} forwards these "
+                         "continuations need; allowed: 0 or >= that")
     if b == 0:
+        _pad_forwards(model, context, forwards, device)
         return torch.zeros(0), lengths
     width = max(1, int(lengths.max()))
     rows = b if token_budget <= 0 else max(1, min(b, token_budget // width))
@@ -60,7 +84,17 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
         last = start + rows >= b
         sums.append(_score_slice(model, cache if last else copy.deepcopy(cache), ctx.shape[1],
                                  part, n, first, temperature, device))
+    _pad_forwards(model, context, forwards - planned, device)
     return torch.cat(sums), lengths
+
+
+def _pad_forwards(model: torch.nn.Module, context: Sequence[int], n: int,
+                  device: torch.device | str) -> None:
+    """``n`` forwards of the context's first token (results discarded): a rank's share of the
+    collectives when it has less to score than another."""
+    ids = torch.as_tensor(list(context)[:1], dtype=torch.long, device=device)[None]
+    for _ in range(max(0, n)):
+        model(input_ids=ids, use_cache=False)
 
 
 def logprobs_all(logits: torch.Tensor, temperature: float) -> torch.Tensor:

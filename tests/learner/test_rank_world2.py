@@ -29,7 +29,15 @@ SCENARIOS = {
                    "learner.shared_prefix=false"),
     # bf16 mixed precision on the CPU (gloo gathers bf16, reduces fp32 gradients)
     "bf16": ("algorithm.micro_batch_size=2", "model.dtype=bfloat16"),
+    # the MI scorer with a budget that splits rank 0's item into 2 row slices and keeps rank 1's
+    # in one (3 forwards against 2): unpadded, FSDP's collectives hang both ranks
+    "score_slices": ("algorithm.micro_batch_size=2", "monitor.score_tokens=8"),
 }
+#: the scorer's input in "score_slices": context 0 scores continuations 0-1 (lengths 5 and 2),
+#: context 1 continuations 2-3 (lengths 1 and 4); one item each at chunk=2
+SCORE_CONTEXTS = [list(range(5, 20)), list(range(60, 71))]
+SCORE_CONTS = [[7, 8, 9, 11, 12], [10, 11], [300], [20, 21, 22, 23]]
+SCORE_COLUMNS = np.array([[0], [0], [1], [1]])
 if importlib.util.find_spec("peft") is not None:  # the `lora` extra
     SCENARIOS["lora"] = ("learner.micro_batch_tokens=20", "learner.lora.rank=4",
                          "learner.lora.alpha=8", "learner.activation_checkpointing=true",
@@ -76,6 +84,8 @@ def _scenarios(rank: int, path: str, ports: list[int], calls: list) -> dict:
         r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
         r.setup("127.0.0.1", port)
         try:
+            if name == "score_slices":  # before the update: the weights of the model file
+                result["scores"] = r.score(SCORE_CONTEXTS, SCORE_CONTS, SCORE_COLUMNS, chunk=2)
             if name == "tokens":
                 result["plan"] = [len(r._micro_batches(_batch(), np.arange(k, k + 3))) for k in (0, 3)]
             if name == "lora":  # warm start: adapters train, the reference takes the merged weights
@@ -99,6 +109,7 @@ def _scenarios(rank: int, path: str, ports: list[int], calls: list) -> dict:
 def test_two_ranks(tiny_model_path, two_rank_results):
     r0, r1 = two_rank_results["world2"]
     assert r0["plan"] == r1["plan"] == [2, 2]  # the same number of passes on both ranks
+    _check_scores(tiny_model_path, r0["scores"], r1["scores"])
 
     for name in SCENARIOS:
         assert r0[name]["run"] == (0, 2, 7) and r1[name]["run"] == (1, 2, 7)
@@ -148,3 +159,23 @@ def test_two_ranks(tiny_model_path, two_rank_results):
     assert lora.keys() == rows["weights"].keys()
     changed = [k for k, v in lora.items() if not torch.equal(v, base[k])]
     assert changed and all(k.endswith("proj.weight") for k in changed)
+
+
+def _check_scores(path, mine0, mine1):
+    """Each rank scored its own item (rank 0 context 0, rank 1 context 1), as one sequence would."""
+    from ragen2.algos import logprobs_from_logits
+    from ragen2.learner.scoring import forward_count
+    from ragen2.models.loading import load_causal_lm
+    from ragen2.train import load_config
+
+    # the premise: the two items need different numbers of forwards at this budget
+    assert forward_count([5, 2], 8) == 3 and forward_count([1, 4], 8) == 2
+    assert sorted(s for s, _, _, _ in mine0) == [0, 1] and sorted(s for s, _, _, _ in mine1) == [2, 3]
+    model = load_causal_lm(path, dtype="float32").eval()
+    temp = load_config([]).engine.temperature
+    for s, k, value, n in mine0 + mine1:
+        ctx, c = SCORE_CONTEXTS[SCORE_COLUMNS[s, k]], SCORE_CONTS[s]
+        ids = torch.tensor([ctx + c])
+        with torch.no_grad():
+            lp = logprobs_from_logits(model(input_ids=ids).logits[:, :-1], ids[:, 1:], temp)
+        assert n == len(c) and value == pytest.approx(float(lp[0, len(ctx) - 1:].sum()), abs=1e-4)

@@ -61,6 +61,40 @@ def test_slices_score_what_one_sequence_at_a_time_scores(llama, budget, monkeypa
         assert [b for b, _, _ in seen] == [1] * 4
 
 
+@pytest.mark.parametrize("budget", [0, 1, 11, 24, 1000])
+def test_forward_count_is_the_forwards_the_scorer_runs_and_padding_changes_no_score(llama, budget):
+    """Under FSDP every forward is collective, so ranks pad to the same count: forward_count
+    must be exactly what score_continuations runs, and the padded forwards change nothing."""
+    from ragen2.learner.scoring import forward_count, score_continuations
+
+    calls = []
+    hook = llama.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with torch.no_grad():
+            lp, _ = score_continuations(llama, CONTEXT, CONTS, token_budget=budget)
+            ran = len(calls)
+            padded, _ = score_continuations(llama, CONTEXT, CONTS, token_budget=budget,
+                                            forwards=ran + 3)
+    finally:
+        hook.remove()
+    assert ran == forward_count([len(c) for c in CONTS], budget)
+    assert len(calls) - ran == ran + 3
+    assert torch.equal(padded, lp)
+    with pytest.raises(ValueError, match=f"forwards=1 is below the {ran} forwards"):
+        score_continuations(llama, CONTEXT, CONTS, token_budget=budget, forwards=1)
+
+
+def test_forward_count_by_hand():
+    from ragen2.learner.scoring import forward_count
+
+    # width 5, budget 10: 2 rows a slice -> [3, 1] and [5, 0]: the context + 2 slices
+    assert forward_count([3, 1, 5, 0], 10) == 3
+    assert forward_count([3, 1, 5, 0], 0) == 2  # one slice
+    assert forward_count([1, 0], 10) == 1  # first tokens come from the context's forward
+    assert forward_count([], 10) == 0
+    assert forward_count([5, 2], 8) == 3 and forward_count([1, 4], 8) == 2  # 1 row / 2 rows
+
+
 def test_score_tokens_is_validated():
     from ragen2.train import load_config
 
