@@ -107,3 +107,30 @@ def test_examples_show_the_most_and_least_collapsed_later_turn_reasoning(study, 
     assert ("reasoning: <mark>I am at row</mark> 0. <mark>The goal is far</mark>." in text
             and "reasoning: <mark>I am at row 1. The goal is far</mark>." in text)
     assert "- step 40: 0% of the samples write reasoning" in text and "reasoning: (none)" in text
+
+
+def test_tables_give_median_and_range_and_say_where_an_instrument_stopped(study, tmp_path):
+    def run(success_end, mi_end):
+        m = {0: {"eval/success": 0.1, "collapse/panel/turns/mi": 1.6},
+             1: {"filter/kept_ratio": 0.5}, 2: {"filter/kept_ratio": 1.0},
+             5: {"collapse/panel/turns/mi": 1.0}, 40: {"eval/success": success_end}}
+        if mi_end is not None:
+            m[40]["collapse/panel/turns/mi"] = mi_end
+        return m
+    metrics = {("none", 0): run(0.5, 1.2), ("none", 1): run(0.3, 1.4), ("none", 2): run(0.4, None)}
+    result = {"settings": {"steps": 40},
+              "runs": [{"arm": "none", "seed": s, "returncode": 0, "wall_s": w}
+                       for s, w in enumerate((100.0, 300.0, 200.0))],
+              "hypotheses": [{"id": "H", "claim": "rho | bars", "effect": -0.5, "lo": -1.0,
+                              "hi": -0.1, "n": 3, "verdict": "supported", "dropped": {"a/0": "x"}}]}
+    study.write_tables(tmp_path, result, metrics)
+    row = next(line for line in (tmp_path / "tables.md").read_text().splitlines()
+               if line.startswith("| `none`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "3"
+    assert cells[2] == "0.10 [0.10, 0.10] -> 0.40 [0.30, 0.50]"  # held-out success
+    assert cells[3] == "1.60 [1.60, 1.60] -> 1.30 [1.20, 1.40] (1 none at step 40: last at 5)"
+    assert cells[7] == "0.75 [0.75, 0.75]"  # kept ratio: the mean over RL steps
+    assert cells[8] == "200 [100, 300]"
+    assert r"| H: rho \| bars | -0.500 [-1.000, -0.100] | 3 | supported | 1 |" in (
+        tmp_path / "tables.md").read_text()

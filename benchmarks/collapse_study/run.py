@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -320,6 +321,7 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
               "plots": [p.name for p in plots]}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     write_examples(out, rows, dirs, metrics)
+    write_tables(out, result, metrics)
     print(result["headline"], flush=True)
     for h in tested:
         print(f"  {h['id']}: effect {fmt(h['effect'])} [{fmt(h['lo'])}, {fmt(h['hi'])}] "
@@ -327,6 +329,67 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
         for unit, why in h.get("dropped", {}).items():
             print(f"      left out {unit}: {why}", flush=True)
     return result
+
+
+#: the per-arm table's columns: (series, its label, the step of its "before" value or None)
+TABLE_SERIES = (("success", "held-out success", 0), ("panel_turns_mi", "later-turn panel MI", 0),
+                ("turns_retrieval", "later-turn retrieval@1 (batch)", 1),
+                ("token_entropy", "token entropy (reasoning)", 1),
+                ("format_errors", "format errors (batch)", 1), ("kept_ratio", "kept ratio", None))
+
+
+def _spread(vals: list[float], digits: int = 2) -> str:
+    """median [min, max] of the runs' values (just the value for one run)."""
+    if not vals:
+        return "-"
+    med = statistics.median(vals)
+    if len(vals) == 1:
+        return f"{med:.{digits}f}"
+    return f"{med:.{digits}f} [{min(vals):.{digits}f}, {max(vals):.{digits}f}]"
+
+
+def write_tables(out: Path, result: dict, metrics: dict) -> None:
+    """``tables.md``: per arm, each instrument before RL and at the last step (median and range
+    over the arm's runs; a run that logged nothing at the last step is counted apart, with the
+    step of its last value), wall time per run; then every hypothesis's effect and verdict."""
+    from ragen2.analysis.study import series
+
+    arms = list(dict.fromkeys(r["arm"] for r in result["runs"] if r["returncode"] == 0))
+    last_step = result["settings"].get("steps")
+    head = ["arm", "runs"] + [label for _, label, _ in TABLE_SERIES] + ["wall per run (s)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in arms:
+        keys = sorted(k for k in metrics if k[0] == arm)
+        cells = [f"`{arm}`", str(len(keys))]
+        for name, _, first in TABLE_SERIES:
+            per = [dict(series(metrics[k], name)) for k in keys]
+            end = [p[last_step] for p in per if last_step in p]
+            gone = sorted(max(p) for p in per if p and last_step not in p)
+            if first is None:  # a mean over the RL steps
+                cell = _spread([statistics.fmean(v for st, v in p.items() if st >= 1) for p in per
+                                if any(st >= 1 for st in p)])
+            else:
+                cell = f"{_spread([p[first] for p in per if first in p])} -> {_spread(end)}"
+            if gone and first is not None:
+                cell += f" ({len(gone)} none at step {last_step}: last at {', '.join(map(str, gone))})"
+            cells.append(cell)
+        walls = [r["wall_s"] for r in result["runs"] if r["arm"] == arm and r["returncode"] == 0]
+        cells.append(_spread(walls, 0))
+        lines.append("| " + " | ".join(cells) + " |")
+    text = ["# Tables", "", (f"Median [min, max] over each arm's runs; \"a -> b\": before RL (step 0 "
+                             f"for held-out success and the probe panel, step 1 for batch "
+                             f"instruments) and at step {last_step}."), "", *lines, ""]
+    if result.get("hypotheses"):
+        text += ["| hypothesis | effect [95% interval] | runs or seeds | verdict | left out |",
+                 "|---|---|---|---|---|"]
+        for h in result["hypotheses"]:
+            extra = f" (ratio {fmt(h.get('ratio'))})" if h.get("ratio") is not None else ""
+            claim = h["claim"].replace("|", "\\|")  # a literal bar inside a table cell
+            text.append(f"| {h['id']}: {claim} | {fmt(h['effect'])} [{fmt(h['lo'])}, "
+                        f"{fmt(h['hi'])}]{extra} | {h['n']} | {h['verdict']} | "
+                        f"{len(h.get('dropped', {}))} |")
+        text.append("")
+    (out / "tables.md").write_text("\n".join(text))
 
 
 def write_examples(out: Path, rows: list[dict], dirs: dict, metrics: dict) -> None:
