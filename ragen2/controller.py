@@ -125,7 +125,8 @@ def learner_settings(cfg: Config) -> LearnerSettings:
     reads only its own sections, :mod:`ragen2.learner.settings`)."""
     e, a = cfg.engine, cfg.algorithm
     return LearnerSettings(temperature=e.temperature if e.temperature > 0 else 1.0,
-                           norm_tokens=a.loss_agg_norm_tokens or e.max_new_tokens * cfg.rollout.max_turns)
+                           norm_tokens=a.loss_agg_norm_tokens or e.max_new_tokens * cfg.rollout.max_turns,
+                           max_staleness=cfg.trainer.max_staleness)
 
 
 class Controller:
