@@ -204,6 +204,10 @@ def check_cross_section(cfg: Config) -> None:
                m.alert_instrument, f"later_turns measures turn {m.panel_prefix_turns + 1}, "
                f"past rollout.max_turns={cfg.rollout.max_turns}: lower "
                "monitor.panel_prefix_turns, or use auto / first_turn")
+    if cfg.trainer.max_staleness:  # the next batch is generated while the learner updates
+        _check(not cfg.engine.sleep_mode, "trainer.max_staleness", cfg.trainer.max_staleness,
+               "0 with engine.sleep_mode=true (the engines sleep through the update, so no "
+               "generation can overlap it): set engine.sleep_mode=false or trainer.max_staleness=0")
     n_eps = cfg.rollout.env_groups * cfg.rollout.group_size
     _check(cfg.algorithm.ppo_mini_batches <= n_eps, "algorithm.ppo_mini_batches",
            cfg.algorithm.ppo_mini_batches,

@@ -31,8 +31,10 @@ from ragen2.models.tiny import default_cache_root
 from ragen2.preempt import StopSignal
 from ragen2.rollout.archive import save_outcomes, save_rollouts
 from ragen2.rollout.envs import EnvEntry, allocate, assign, eval_entries, train_entries
-from ragen2.rollout.pool import WorkerPool
+from ragen2.rollout.pool import PendingGather, WorkerPool, WorkerRestartError
 from ragen2.rollout.runner import EpisodeSpec
+from ragen2.rollout.schedule import (RolloutQueue, Rollouts, StaleRolloutsError, launch_steps,
+                                     overlap_seconds, staleness_metrics)
 from ragen2.rollout.trajectory import Trajectory, collate
 from ragen2.run_state import (CollapseCheck, Evaluation, Health, PanelVerdict, RunState,
                               StepResult, UpdateOutcome)
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
     from ragen2.collapse.panel import PanelMeasurement
 
 log = logging.getLogger("ragen2")
+
+#: a batch generated ahead, in flight: its (still empty) record, its calls, its launch time
+Launched = tuple[Rollouts, PendingGather, float]
 
 
 class TrainingStopped(RuntimeError):
@@ -125,7 +130,8 @@ def learner_settings(cfg: Config) -> LearnerSettings:
     reads only its own sections, :mod:`ragen2.learner.settings`)."""
     e, a = cfg.engine, cfg.algorithm
     return LearnerSettings(temperature=e.temperature if e.temperature > 0 else 1.0,
-                           norm_tokens=a.loss_agg_norm_tokens or e.max_new_tokens * cfg.rollout.max_turns)
+                           norm_tokens=a.loss_agg_norm_tokens or e.max_new_tokens * cfg.rollout.max_turns,
+                           max_staleness=cfg.trainer.max_staleness)
 
 
 class Controller:
@@ -202,6 +208,10 @@ class Controller:
         self.health = Health()
         self.pad_id = 0
         self.version = 0
+        #: bounded staleness: the batches generated ahead of their step (empty at k = 0)
+        self.queue = RolloutQueue(cfg.trainer.max_staleness)
+        #: between an update and its push: the learner holds a version the engines do not
+        self._behind = False
 
     # --------------------------------------------------------------- rollouts
     @property
@@ -225,6 +235,13 @@ class Controller:
 
         if getattr(self, "sync", None) is None:  # still starting: make_sync meets the new actor
             return
+        if self._behind:  # the behaviour version is gone from the learner: it cannot be rebuilt
+            raise WorkerRestartError(
+                f"rollout worker {index} died while generating ahead (trainer.max_staleness="
+                f"{self.cfg.trainer.max_staleness}) with policy version {self.version}, which the "
+                "learner no longer holds after its update, so its share cannot be regenerated "
+                "identically: resume from the latest checkpoint (trainer.resume=true), whose "
+                "queued batches continue the run exactly")
         self.sync.replace_worker(index, worker)
         if not self._synced:  # nothing pushed yet: the new worker already holds model_path's
             return
@@ -241,23 +258,88 @@ class Controller:
         return [EpisodeSpec(seed_of(g), g, names[g], temp(g))
                 for g in range(groups) for _ in range(group_size)]
 
-    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """The step's episodes. Tiered SNR filtering draws the groups' prompts from its pool."""
+    def _plan(self, step: int) -> tuple[list[EpisodeSpec], list[int], dict[int, int] | None]:
+        """The step's episode specs, the workers' sampling seeds and (tiered SNR filtering,
+        which draws the groups' prompts from its pool) each group's pool key, else None."""
         r = self.cfg.rollout
         drawn = self.filter.prompts(step, allocate(r.env_groups, [e.share for e in self.train_envs]))
         if drawn is None:
-            self.group_keys = None
+            group_keys = None
             specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
                                        lambda g: seeding.group_seed(self.cfg.seed, step, g))
         else:
             keys, temps = drawn
-            self.group_keys = dict(enumerate(keys))
+            group_keys = dict(enumerate(keys))
             specs = self.episode_specs(self.train_envs, r.env_groups, r.group_size,
                                        lambda g: seeding.pool_seed(self.cfg.seed, keys[g]),
                                        lambda g: temps[g])
         n = len(self.workers)
-        seeds = [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)]
-        return self._gather("rollout", specs, seeds, [self.version] * n)
+        return specs, [seeding.sampling_seed(self.cfg.seed, step, i) for i in range(n)], group_keys
+
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The step's episodes, generated now by the current policy (sets ``group_keys``)."""
+        specs, seeds, self.group_keys = self._plan(step)
+        return self._gather("rollout", specs, seeds, [self.version] * len(self.workers))
+
+    # ------------------------------------------------------- bounded staleness
+    def ready_batch(self, step: int) -> tuple[Rollouts, dict[str, float]]:
+        """Step ``step``'s batch under ``trainer.max_staleness`` >= 1: the queued one, else
+        (step 1, after a rollback, a resume without it) generated now by the current policy.
+
+        A queued batch older than the bound is refused (never trained on): logged, counted in
+        ``async/stale_refused``, and the step's batch generated now instead.
+        """
+        refused = 0
+        try:
+            ready = self.queue.pop(step, self.version)
+        except StaleRolloutsError as e:
+            refused = len(e.rollouts.trajs)
+            log.warning("%s: refused, never trained on; step %d's batch is generated by the "
+                        "current policy (version %d) instead", e, step, self.version)
+            ready = None
+        if ready is None:
+            t0 = time.perf_counter()
+            trajs, stats = self.collect(step)
+            ready = Rollouts(step, self.version, trajs, stats, self.group_keys,
+                             time.perf_counter() - t0)
+        return ready, {"async/stale_refused": float(refused)}
+
+    def launch_ahead(self, step: int) -> list[Launched]:
+        """Start generating the batches the engines' policy (version ``self.version``) owes
+        (:func:`ragen2.rollout.schedule.launch_steps`) without waiting; each as an empty
+        :class:`Rollouts` (its step, version and group keys), its calls and its launch time."""
+        tr = self.cfg.trainer
+        out = []
+        for t in launch_steps(step, tr.max_staleness, tr.total_steps, self.queue):
+            specs, seeds, keys = self._plan(t)
+            pending = self.pool.start("rollout", specs, seeds, [self.version] * len(self.workers))
+            out.append((Rollouts(t, self.version, [], {}, keys), pending, time.perf_counter()))
+        return out
+
+    def finish_ahead(self, launched: list[Launched],
+                     update: tuple[float, float] | None) -> dict[str, float]:
+        """Wait for :meth:`launch_ahead`'s batches and queue them, each trajectory's version
+        checked; ``timing/overlap_s`` (the seconds they were generated while the update
+        ``update`` = (start, end) ran; None: no update), ``timing/rollout_wait_s`` (the wait here)
+        and ``async/queued``."""
+        t0 = time.perf_counter()
+        generation_s = 0.0  # the workers run the launched batches one after another
+        for r, pending, launch in launched:
+            r.trajs, r.stats = self.pool.finish(pending)
+            r.wall_s = time.perf_counter() - launch
+            wrong = sorted({t.policy_version for t in r.trajs} - {r.version})
+            if wrong:
+                raise RuntimeError(f"step {r.step}'s batch was launched at policy version "
+                                   f"{r.version} but holds trajectories of version(s) {wrong}")
+            generation_s += r.stats.get("wall_s", r.wall_s)
+            self.queue.put(r)
+        wait = time.perf_counter() - t0
+        overlap = 0.0
+        if launched and update is not None:
+            first = min(launch for _, _, launch in launched)
+            overlap = overlap_seconds(update[0], update[1], first, generation_s)
+        return {"timing/overlap_s": overlap, "timing/rollout_wait_s": wait,
+                "async/queued": float(len(self.queue))}
 
     def evaluate(self, step: int) -> Evaluation:
         """Held-out success and ``eval/*``; a few episodes are written to
@@ -481,6 +563,11 @@ class Controller:
         """Restore ``target``'s learner (weights, optimiser, reference, RNG, version), push it to
         the engines and filter harder (``FilterPipeline.strengthen``). Steps keep counting on."""
         self.version = self.learners.load(str(target))
+        dropped = self.queue.clear()  # generated by the weights the run leaves
+        if dropped:
+            log.warning("rollback: %d queued batch(es) (steps %s) dropped, never trained on; "
+                        "the next steps generate theirs with the restored policy", len(dropped),
+                        [r.step for r in dropped])
         self.push_weights()
         change = self.filter.strengthen(self.cfg.monitor.rollback_filter_factor)
         self.rollbacks += 1
@@ -582,7 +669,14 @@ class Controller:
         import ray
 
         t0 = time.perf_counter()
-        trajs, stats = self.collect(step)
+        lag = self.cfg.trainer.max_staleness
+        launched: list[Launched] = []
+        if lag:  # bounded staleness: the batch generated ahead, and the next ones started now
+            ready, async_metrics = self.ready_batch(step)
+            trajs, stats, self.group_keys = ready.trajs, ready.stats, ready.group_keys
+            launched = self.launch_ahead(step)
+        else:
+            trajs, stats = self.collect(step)
         t_roll = time.perf_counter() - t0
         check_env_errors(trajs, self.cfg.rollout.max_env_error_frac, f"step {step}")
         metrics = rollout_metrics(trajs, "rollout", per_env=len(self.train_envs) > 1)
@@ -605,7 +699,12 @@ class Controller:
         if c.trainer.save_rollouts_every and step % c.trainer.save_rollouts_every == 0:
             save_rollouts(self.run_dir, step, trajs, keep, c.trainer.save_rollouts_max_mb, self.eos_text)
         kept = [t for t in trajs if t.group_id in keep]
+        if lag:
+            metrics.update(async_metrics)
+            metrics.update(staleness_metrics(trajs, self.version))
         if not kept:
+            if lag:  # nothing trained: the engines still hold the learner's version
+                metrics.update(self.finish_ahead(launched, None))
             return StepResult(metrics, None, selection.reward_spread)
         if c.monitor.grad_snr_every and step % c.monitor.grad_snr_every == 0:
             metrics.update(self.grad_snr(trajs))
@@ -617,11 +716,17 @@ class Controller:
         t1 = time.perf_counter()
         if c.engine.sleep_mode:  # colocated GPUs: the engines give their memory to the update
             self.pool.call_all("sleep")
+        self._behind = bool(lag)  # from here until the push (a worker restart cannot re-sync)
         learned = self.learners.update(ray.put(batch), step)
         update = update_outcome(learned)
         metrics.update(learned)
         t_upd = time.perf_counter() - t1
+        if lag:  # the next batches finish on the old weights, then the push (between episodes)
+            ahead = self.finish_ahead(launched, (t1, t1 + t_upd))
+            metrics.update(ahead)
+            t_roll += ahead["timing/rollout_wait_s"]
         self.version += 1
+        self._behind = False
         metrics.update(self.push_weights())
         metrics.update({"timing/rollout_s": t_roll, "timing/env_s": stats.get("env_s", 0.0),
                         "timing/generate_s": stats.get("generate_s", 0.0),
@@ -674,6 +779,7 @@ class Controller:
         try:
             tmp = checkpoint.begin(self.run_dir, step)
             self.learners.save(str(tmp))
+            self.queue.save(tmp)  # bounded staleness: the batches generated ahead (none at k = 0)
             final = checkpoint.commit(
                 tmp, step, replace(state, step=step, policy_version=self.version).to_dict())
         except BaseException as e:
@@ -696,13 +802,28 @@ class Controller:
 
     def state_dict(self) -> dict[str, Any]:
         """Filter history, monitor EMA, run-health inputs and the collapse alert's state: JSON,
-        saved with each checkpoint (``panel`` marks a rollback target)."""
-        return {"filter": self.filter.state_dict(),
-                "monitor": self.monitor.state_dict() if self.monitor is not None else None,
-                "health": self.health.to_dict(),
-                "panel": self.panel_verdict.to_dict() if self.panel_verdict else None,
-                "alert": self.alert.state_dict(), "rollbacks": self.rollbacks,
-                "probe_floor": self.probe_policy.floor}
+        saved with each checkpoint (``panel`` marks a rollback target). With bounded staleness
+        also ``rollout_queue``: the steps and versions of the batches generated ahead, whose
+        trajectories :meth:`save` writes beside it (:meth:`load_queue` reads them back)."""
+        state = {"filter": self.filter.state_dict(),
+                 "monitor": self.monitor.state_dict() if self.monitor is not None else None,
+                 "health": self.health.to_dict(),
+                 "panel": self.panel_verdict.to_dict() if self.panel_verdict else None,
+                 "alert": self.alert.state_dict(), "rollbacks": self.rollbacks,
+                 "probe_floor": self.probe_policy.floor}
+        if self.cfg.trainer.max_staleness:
+            state["rollout_queue"] = self.queue.state_dict()
+        return state
+
+    def load_queue(self, ckpt: Path, state: dict[str, Any] | None) -> None:
+        """The batches generated ahead that checkpoint ``ckpt`` holds (``state``: its controller
+        state). A checkpoint without them (k = 0 then, or before RL) leaves the queue empty: the
+        steps generate theirs with the current policy."""
+        if self.cfg.trainer.max_staleness:
+            self.queue.load(ckpt, (state or {}).get("rollout_queue"))
+            if len(self.queue):
+                log.info("resumed %d batch(es) generated ahead: steps %s", len(self.queue),
+                         self.queue.steps())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.filter.load_state_dict(state["filter"])
@@ -857,6 +978,7 @@ def _resume(ctl: Controller, ckpt: Path, state: RunState) -> None:
                            f"{state.policy_version}")
     if state.controller is not None:
         ctl.load_state_dict(state.controller)
+    ctl.load_queue(ckpt, state.controller)
     ctl.push_weights()
     log.info("resumed from %s (step %d)", ckpt, state.step)
 

@@ -178,9 +178,25 @@ FAMILIES: tuple[Family, ...] = (
         "buckets": "buckets the weights travelled in",
         "checksum_tensors": "tensors whose checksums were compared per engine process (min)",
     }),
+    Family("Bounded staleness", "trainer.max_staleness >= 1 only: the batch of step t comes "
+           "from policy version max(0, t-1-k), generated while the learner updated "
+           "(docs/concepts/async.md).", ("async/",), {
+               "staleness_mean": "mean versions between the learner and the policy that "
+                                 "generated each trajectory of the step's batch",
+               "staleness_max": "the largest of them (at most trainer.max_staleness)",
+               "stale_refused": "trajectories refused this step for being older than the bound "
+                                "(never trained on; the step's batch was generated anew)",
+               "queued": "batches generated ahead and waiting for their step after this one",
+               "is_weight_mean": "mean truncated importance weight min(pi_prox / pi_behav, "
+                                 "algorithm.tis_cap) over the trained tokens",
+               "is_weight_max": "the largest importance weight before truncation",
+               "is_truncated_frac": "share of the trained tokens whose weight the cap truncated",
+           }),
     Family("Timing", "Wall-clock seconds.", ("timing/",), {
         "step_s": "the whole step",
-        "rollout_s": "collecting the step's episodes",
+        "rollout_s": "collecting the step's episodes (bounded staleness: the waits for them)",
+        "overlap_s": "bounded staleness: the next batches' generation running during the update",
+        "rollout_wait_s": "bounded staleness: the wait after the update for the next batches",
         "generate_s": "of which in the engine",
         "env_s": "of which in env calls",
         "update_s": "the learner update",

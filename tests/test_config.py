@@ -73,6 +73,10 @@ def test_free_form_kwargs_are_allowed():
     ("monitor.rollback_filter_factor=1", "monitor.rollback_filter_factor"),
     ("monitor.alert_patience=0", "monitor.alert_patience"),
     ("trainer.eval_episodes=2000000000", "trainer.eval_episodes"),  # would reach the panel seeds
+    ("trainer.max_staleness=-1", "trainer.max_staleness"),
+    ("trainer.max_staleness=1.5", "trainer.max_staleness"),
+    ("algorithm.tis_cap=1", "algorithm.tis_cap"),  # a cap must be > 1 (the weights' mean is 1)
+    ("algorithm.tis_cap=0.5", "algorithm.tis_cap"),
 ])
 def test_out_of_range_values(override, key):
     with pytest.raises(ConfigError) as e:
@@ -176,3 +180,18 @@ def test_monitor_mi_yaml_lists_every_monitor_key_at_its_default():
     d = dataclasses.asdict(MonitorConfig())
     assert set(y) == set(d)
     assert {k: y[k] for k in d} == d
+
+
+def test_bounded_staleness_keys_and_their_rules():
+    assert load_config([]).trainer.max_staleness == 0  # the default is the on-policy loop
+    cfg = load_config(["trainer.max_staleness=2", "algorithm.tis_cap=null"])
+    assert cfg.trainer.max_staleness == 2 and cfg.algorithm.tis_cap is None
+    with pytest.raises(ConfigError, match="an integer >= 0") as e:
+        load_config(["trainer.max_staleness=-1"])
+    assert e.value.key == "trainer.max_staleness"
+    with pytest.raises(ConfigError, match="null .no cap. or a number > 1"):
+        load_config(["algorithm.tis_cap=1.0"])
+    # colocated engines sleep through the update: nothing can be generated meanwhile
+    with pytest.raises(ConfigError, match="engine.sleep_mode") as e:
+        load_config(["trainer.max_staleness=1", "engine.sleep_mode=true"])
+    assert e.value.key == "trainer.max_staleness"

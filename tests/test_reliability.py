@@ -15,6 +15,7 @@ import pytest
 import ragen2.controller as controller
 from ragen2.controller import TrainingStopped, count_nonfinite
 from ragen2.learner import checkpoint
+from ragen2.rollout.schedule import RolloutQueue
 from ragen2.run_state import CollapseCheck, Evaluation, RunState, StepResult, UpdateOutcome
 from ragen2.train import RunDirError, check_run_dir, load_config
 
@@ -68,11 +69,13 @@ def fake_controller(skipped_by_step: dict[int, int], fail: dict[int, BaseExcepti
 
     class Fake:
         save = controller.Controller.save  # the real checkpoint path
+        load_queue = controller.Controller.load_queue  # and the real queue of batches ahead
         trained: list[int] = []
 
         def __init__(self, cfg, run_dir, model_path):
             self.cfg, self.run_dir, self.version = cfg, Path(run_dir), 0
             self.learners = FakeLearners(self, fail or {})
+            self.queue = RolloutQueue(cfg.trainer.max_staleness)
 
         def warm_start(self):
             return {}

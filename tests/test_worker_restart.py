@@ -81,6 +81,23 @@ def test_a_dead_workers_chunk_is_rerun_with_its_own_arguments(ray_session, tmp_p
         pool.shutdown()
 
 
+def test_started_calls_finish_later_with_what_gather_returns(ray_session):
+    """Bounded staleness launches a batch's calls, trains, then collects them (pool.start and
+    pool.finish); two launches queue on the workers in order."""
+    pool, restarted = _pool(ray_session)
+    try:
+        first = pool.start("rollout", list(range(5)), [10, 11])
+        second = pool.start("rollout", [7, 8], [12, 13])
+        assert pool.finish(second) == ([(12, 7, 0), (13, 8, 0)],
+                                       {"env_s": 1.0, "worker_restarts": 0.0})
+        items, stats = pool.finish(first)
+        assert (items, stats) == pool.gather("rollout", list(range(5)), [10, 11])
+        assert items == [(10, 0, 0), (10, 1, 0), (11, 2, 0), (11, 3, 0), (11, 4, 0)]
+        assert restarted == []
+    finally:
+        pool.shutdown()
+
+
 def test_a_worker_killed_by_ray_mid_call_is_restarted(ray_session, tmp_path):
     die = tmp_path / "die"
     pool, restarted = _pool(ray_session, die=str(die), how="wait")

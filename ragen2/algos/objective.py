@@ -86,6 +86,9 @@ class LossInputs:
     agg_mode:       ``aggregate_loss`` mode of every term (``algorithm.loss_agg_mode``).
     num_tokens, num_seqs: the mini-batch's global token / sequence counts (``aggregate_loss``).
     norm_tokens:    Dr.GRPO's constant (``seq-mean-token-sum-norm``), or None.
+    behaviour_weights: (B, T) float32 truncated importance weights pi_prox / pi_behav of the
+                    decoupled objective (bounded staleness, :mod:`ragen2.algos.off_policy`;
+                    ``old_logprobs`` is then pi_prox); None = on-policy, no correction.
     """
 
     logprobs: Tensor
@@ -99,6 +102,7 @@ class LossInputs:
     num_tokens: Optional[float] = None
     num_seqs: Optional[float] = None
     norm_tokens: Optional[float] = None
+    behaviour_weights: Optional[Tensor] = None
 
 
 @dataclass
@@ -131,9 +135,13 @@ def _weighted(per_token: Tensor, x: LossInputs) -> Tensor:
 
 
 def policy_term(x: LossInputs, algorithm: AlgorithmConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """The policy loss (``algorithm.policy_loss``) of the micro-batch and its metrics."""
+    """The policy loss (``algorithm.policy_loss``) of the micro-batch and its metrics. With
+    ``x.behaviour_weights`` (the decoupled objective) each token's loss is weighted by its
+    importance weight, applied to the advantages (the policy losses are positively homogeneous
+    in A)."""
+    adv = x.advantages if x.behaviour_weights is None else x.advantages * x.behaviour_weights
     return POLICY_LOSSES.get(algorithm.policy_loss)(
-        x.logprobs, x.old_logprobs, x.advantages, x.mask, clip_low=algorithm.clip_ratio_low,
+        x.logprobs, x.old_logprobs, adv, x.mask, clip_low=algorithm.clip_ratio_low,
         clip_high=algorithm.clip_ratio_high, dual_clip_c=algorithm.dual_clip_c,
         agg_mode=x.agg_mode, num_tokens=x.num_tokens, num_seqs=x.num_seqs,
         norm_tokens=x.norm_tokens)

@@ -17,7 +17,10 @@ class LearnerSettings:
     """temperature: the engines' sampling temperature, at which logprobs are taken (1.0 for a
     greedy engine, temperature 0). norm_tokens: Dr.GRPO's constant of
     ``seq-mean-token-sum-norm`` (``algorithm.loss_agg_norm_tokens``, else the longest response a
-    trajectory holds, ``engine.max_new_tokens x rollout.max_turns``); None where unknown."""
+    trajectory holds, ``engine.max_new_tokens x rollout.max_turns``); None where unknown.
+    max_staleness: ``trainer.max_staleness``, the versions a batch may lag the learner by (0: a
+    batch must be the learner's own version; >= 1: the decoupled objective corrects for it)."""
 
     temperature: float = 1.0
     norm_tokens: Optional[float] = None
+    max_staleness: int = 0

@@ -3,7 +3,8 @@
 ``RUN_DIR/rollouts/step_000001.jsonl.gz``, one line per episode: ``step``, ``group_id``, ``env``,
 ``env_seed``, ``prompt`` (first observation), ``reasoning`` (first-turn ``<think>`` text),
 ``responses``, ``actions`` (the parsed ``<answer>`` per turn, null when unparsable), ``reward``,
-``success``, ``kept`` (survived the group filter) and ``env_error``. Files are written atomically;
+``success``, ``kept`` (survived the group filter), ``env_error`` and ``policy_version`` (the
+policy that generated it: older than the learner's under ``trainer.max_staleness``). Files are written atomically;
 the oldest are deleted once the directory exceeds its size budget. ``ragen2-analyze`` reads them.
 
 Evaluation outcomes: ``RUN_DIR/evaluations/step_000000.jsonl`` (and ``OUT/outcomes.jsonl`` of
@@ -35,7 +36,8 @@ def episode_record(t: Trajectory, step: int, kept: bool, eos_text: str | None = 
             "reasoning": _cap(t.first_think),
             "responses": [_cap(r) for r in t.responses],
             "actions": [_cap(parse_response(r, eos_text).answer) for r in t.responses],
-            "reward": t.reward, "success": t.success, "kept": kept, "env_error": t.env_error}
+            "reward": t.reward, "success": t.success, "kept": kept, "env_error": t.env_error,
+            "policy_version": t.policy_version}
 
 
 def save_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory],

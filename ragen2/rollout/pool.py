@@ -14,6 +14,7 @@ workers); past that, or when a worker dies while being constructed, :class:`Work
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -32,6 +33,17 @@ def split(items: Sequence[Any], parts: int) -> list[list[Any]]:
     """Split into ``parts`` contiguous chunks of near-equal size (some may be empty)."""
     bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
     return [list(items[bounds[i]:bounds[i + 1]]) for i in range(parts)]
+
+
+@dataclass
+class PendingGather:
+    """A :meth:`WorkerPool.start`'s calls in flight: the method, each worker's arguments (None:
+    no call), {object ref: worker index}, and the pool's restart count when they started."""
+
+    method: str
+    args: list[tuple | None]
+    refs: dict[Any, int]
+    restarts: int
 
 
 class WorkerPool:
@@ -62,13 +74,23 @@ class WorkerPool:
     def call(self, method: str, args: Sequence[tuple | None]) -> list[Any]:
         """``actors[i].<method>(*args[i])`` for every ``i`` with ``args[i]`` not None; results by
         index (None where skipped). A worker that dies is restarted and its call rerun."""
+        return self._wait(method, args, self._submit(method, args))
+
+    def _submit(self, method: str, args: Sequence[tuple | None]) -> dict[Any, int]:
+        """Submit ``actors[i].<method>(*args[i])``; {object ref: worker index}."""
+        if len(args) != len(self.actors):
+            raise ValueError(f"{len(args)} argument tuples for {len(self.actors)} workers")
+        return {getattr(self.actors[i], method).remote(*a): i
+                for i, a in enumerate(args) if a is not None}
+
+    def _wait(self, method: str, args: Sequence[tuple | None],
+              pending: dict[Any, int]) -> list[Any]:
+        """The results of :meth:`_submit`'s calls by index; a worker that dies is restarted and
+        its call rerun."""
         import ray
         from ray.exceptions import RayActorError
 
-        if len(args) != len(self.actors):
-            raise ValueError(f"{len(args)} argument tuples for {len(self.actors)} workers")
-        pending = {getattr(self.actors[i], method).remote(*a): i
-                   for i, a in enumerate(args) if a is not None}
+        pending = dict(pending)
         results: list[Any] = [None] * len(self.actors)
         budget = [self.max_restarts]
         while pending:
@@ -92,10 +114,22 @@ class WorkerPool:
         """Split ``specs`` into contiguous chunks, worker ``i`` runs ``method(chunk_i,
         *(a[i] for a in args_per_worker))`` returning ``(items, stats)``; the items in spec order,
         each stat's max over workers, and ``worker_restarts``: replacements this call made."""
+        return self.finish(self.start(method, specs, *args_per_worker))
+
+    def start(self, method: str, specs: Sequence[Any],
+              *args_per_worker: Sequence[Any]) -> PendingGather:
+        """:meth:`gather`'s calls submitted without waiting (the workers run them while the
+        caller does other work); :meth:`finish` collects them. Calls to one worker run in the
+        order they were submitted."""
         chunks = split(specs, len(self.actors))
-        before = self.restarts
-        parts = self.call(method, [(chunk, *(a[i] for a in args_per_worker)) if chunk else None
-                                   for i, chunk in enumerate(chunks)])
+        args = [(chunk, *(a[i] for a in args_per_worker)) if chunk else None
+                for i, chunk in enumerate(chunks)]
+        return PendingGather(method, args, self._submit(method, args), self.restarts)
+
+    def finish(self, pending: PendingGather) -> tuple[list[Any], dict[str, float]]:
+        """What :meth:`gather` returns, for calls :meth:`start` submitted."""
+        before = pending.restarts
+        parts = self._wait(pending.method, pending.args, pending.refs)
         items: list[Any] = []
         stats: dict[str, float] = {}
         for part in parts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
@@ -70,6 +71,7 @@ class RolloutWorker:
 
     def _run(self, specs: Sequence[EpisodeSpec], policy, max_turns: int | None = None) -> RolloutResult:
         r, stats = self.cfg.rollout, {}
+        t0 = time.perf_counter()
         trajs = run_episodes(specs, self.make_env, self.renderer, policy,
                              max_turns=min(r.max_turns, max_turns or r.max_turns),
                              format_penalty=self.penalties,
@@ -78,6 +80,7 @@ class RolloutWorker:
                              executor=self.executor, stats=stats,
                              actions_per_turn=r.actions_per_turn, action_sep=r.action_sep,
                              response_format=r.response_format)
+        stats["wall_s"] = time.perf_counter() - t0
         return trajs, stats
 
     def rollout(self, specs: Sequence[EpisodeSpec], seed: int, expected_version: int,

@@ -197,3 +197,45 @@ def test_score_matches_full_sequence_logprobs(tiny_model_path):
             lp = logprobs_from_logits(model(input_ids=ids).logits[:, :-1], ids[:, 1:], temp)
         assert n == len(c)
         assert value == pytest.approx(float(lp[0, len(ctx) - 1:].sum()), abs=1e-4)
+
+
+def _own_logprobs(r: LearnerRank, batch: dict[str, np.ndarray]) -> np.ndarray:
+    """The rank's per-token logprobs of each row's tokens (0 at each row's first token)."""
+    out = np.zeros(batch["input_ids"].shape, np.float32)
+    for i, (ids, attn) in enumerate(zip(batch["input_ids"], batch["attention_mask"])):
+        n = int(attn.sum())
+        out[i, 1:n] = r.logprobs([int(x) for x in ids[:n]])
+    return out
+
+
+def test_bounded_staleness_weights_the_update_by_the_behaviour_gap(tiny_model_path):
+    """trainer.max_staleness=1: engine logprobs log 2 above the learner's own give every trained
+    token the importance weight 1/2 (half the k = 0 gradient); log 4 below give 4, truncated at
+    algorithm.tis_cap=2 (twice the gradient, every token truncated). Then a batch one version old
+    trains and one two versions old is refused."""
+    exact = ["algorithm.grad_clip=1e9", "algorithm.ppo_mini_batches=1"]
+    r = _rank(tiny_model_path, *exact)
+    try:
+        own = _own_logprobs(r, _batch())
+        base = r.update(_batch(), step=1)
+    finally:
+        r.shutdown()
+    assert not any(k.startswith("async/") for k in base)  # k = 0: no correction, no metrics
+    for shift, factor, truncated in [(np.log(2.0), 0.5, 0.0), (-np.log(4.0), 2.0, 1.0)]:
+        r = _rank(tiny_model_path, *exact, "trainer.max_staleness=1", "algorithm.tis_cap=2")
+        try:
+            b = _batch()
+            b["logprobs"] = ((own + shift) * b["loss_mask"]).astype(np.float32)
+            m = r.update(b, step=1)
+            assert m["actor/grad_norm"] == pytest.approx(factor * base["actor/grad_norm"], rel=1e-3)
+            assert m["async/is_weight_mean"] == pytest.approx(factor, rel=1e-3)
+            assert m["async/is_weight_max"] == pytest.approx(1 / np.exp(shift), rel=1e-3)
+            assert m["async/is_truncated_frac"] == truncated
+            if truncated:
+                continue
+            r.update(_batch(), step=2)  # version 0 at learner version 1: one version old, trains
+            assert r.get_version() == 2
+            with pytest.raises(StaleBatchError, match=r"max_staleness=1 allows versions 1..2"):
+                r.update(_batch(), step=3)  # two versions old
+        finally:
+            r.shutdown()
