@@ -35,7 +35,6 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ragen2.algos.policy_loss import ppo_clip_loss
 
 
 @dataclass
@@ -79,19 +78,4 @@ def behaviour_weights(prox_logprobs: Tensor, behav_logprobs: Tensor, mask: Tenso
                             truncated=truncated, tokens=float(keep.sum()))
 
 
-def decoupled_ppo_loss(logprobs: Tensor, prox_logprobs: Tensor, behav_logprobs: Tensor,
-                       advantages: Tensor, mask: Tensor, *, cap: Optional[float],
-                       **ppo: object) -> tuple[Tensor, dict[str, Tensor], BehaviourWeights]:
-    """The decoupled PPO loss of one micro-batch (module docstring): ``ppo_clip_loss`` with
-    the ratio pi_theta / pi_prox and the advantages times the truncated weights.
-
-    logprobs (with autograd), prox_logprobs, behav_logprobs, advantages, mask: (B, T).
-    ``ppo``: ``ppo_clip_loss``'s keywords (clip_low, clip_high, dual_clip_c, agg_mode, counts).
-    Returns (scalar loss, ``ppo_clip_loss``'s metrics, the weights).
-    """
-    w = behaviour_weights(prox_logprobs, behav_logprobs, mask, cap)
-    loss, metrics = ppo_clip_loss(logprobs, prox_logprobs, advantages * w.weights, mask, **ppo)
-    return loss, metrics, w
-
-
-__all__ = ["BehaviourWeights", "behaviour_weights", "decoupled_ppo_loss"]
+__all__ = ["BehaviourWeights", "behaviour_weights"]

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from ragen2.algos.objective import LossInputs, compute_loss
-from ragen2.algos.off_policy import behaviour_weights, decoupled_ppo_loss
+from ragen2.algos.objective import LossInputs, compute_loss, policy_term
+from ragen2.algos.off_policy import behaviour_weights
 from ragen2.config import AlgorithmConfig
 
 LN = math.log
@@ -43,8 +43,11 @@ def test_decoupled_loss_by_hand():
     clip 0.2 / 0.28, no dual clip; token-mean over 5 tokens."""
     theta = PROX + torch.log(torch.tensor([[1.5, 1.0, 1.0], [0.5, 1.1, 1.0]]))
     adv = torch.tensor([[1.0, -1.0, 2.0], [-1.0, 1.0, 7.0]])
-    loss, metrics, w = decoupled_ppo_loss(theta, PROX, BEHAV, adv, MASK, cap=2.0, clip_low=0.2,
-                                          clip_high=0.28, dual_clip_c=None, num_tokens=5.0)
+    alg = replace(AlgorithmConfig(), clip_ratio_low=0.2, clip_ratio_high=0.28, dual_clip_c=None,
+                  loss_agg_mode="token-mean")
+    w = behaviour_weights(PROX, BEHAV, MASK, cap=2.0)
+    x = LossInputs(theta, PROX, adv, MASK, num_tokens=5.0, behaviour_weights=w.weights)
+    loss, metrics = policy_term(x, alg)  # the learner's path: the weights scale the advantages
     # per token w * max(-A r, -A clip(r)):
     #   (0,0) A=1,  r=1.5 -> clip 1.28: max(-1.5, -1.28) = -1.28; x w 1.5 = -1.92
     #   (0,1) A=-1, r=1:  1;            x w 0.5 =  0.5
@@ -57,6 +60,7 @@ def test_decoupled_loss_by_hand():
     # without the correction (on-policy PPO against pi_prox) the loss differs
     plain = (-1.28 + 1.0 - 2.0 + 0.8 - 1.1) / 5
     assert loss.item() != pytest.approx(plain)
+    assert policy_term(replace(x, behaviour_weights=None), alg)[0].item() == pytest.approx(plain)
 
 
 def test_the_composed_loss_applies_the_weights_to_the_policy_term_only():
