@@ -605,6 +605,8 @@ class ClusterConfig:
     On GPUs ``layout`` places the rollout engines: ``colocated`` shares the learner's GPUs
     (``rollout.num_workers x engine.tensor_parallel_size == learner_world_size``), ``split`` gives
     them GPUs of their own. The plan is checked against the Ray cluster before anything starts.
+    On the CPU ``split`` pins the learner ranks to the first half of the cores and the engines to
+    the rest (``ragen2.cluster.cores``; this job's own local Ray only).
     """
 
     # Ray address to join (auto | HOST:PORT); null = a fresh local Ray
@@ -614,7 +616,8 @@ class ClusterConfig:
     device: str = "cpu"  # cpu | cuda
     backend: str = "gloo"  # torch.distributed backend: gloo (CPU) | nccl (GPU)
     torch_threads: int = 0  # 0 = cores / actors
-    layout: str = "colocated"  # colocated | split (GPU only)
+    # colocated | split (GPUs: the engines on GPUs of their own; CPU: on cores of their own)
+    layout: str = "colocated"
     placement_strategy: str = "PACK"  # Ray placement-group strategy: PACK | SPREAD | STRICT_PACK
     # refuse a CUDA job whose per-GPU memory estimate (ragen2/cluster/memory.py) does not fit;
     # false: warn and launch anyway

@@ -229,6 +229,12 @@ def check_cross_section(cfg: Config) -> None:
         _check(cfg.sync.strategy != "cuda_ipc", "sync.strategy", cfg.sync.strategy,
                "auto, object_store or nccl on cluster.device=cpu (cuda_ipc shares CUDA "
                "buffers; nccl broadcasts over gloo there)")
+        # the CPU split pins actors to this machine's core numbers (ragen2.cluster.cores)
+        _check(cfg.cluster.layout == "colocated" or cfg.cluster.address is None,
+               "cluster.layout", cfg.cluster.layout,
+               "colocated when joining a Ray cluster on the CPU (cluster.address set): split pins "
+               "the learner and the engines to this machine's cores, so it needs this job's own "
+               "local Ray (cluster.address=null)")
     if cfg.engine.sleep_mode:
         _check(cfg.engine.name == "vllm", "engine.sleep_mode", True,
                "only the vllm engine sleeps (engine=vllm)")

@@ -147,6 +147,16 @@ class Controller:
         c = cfg.cluster
         learner_threads = c.torch_threads or max(1, cores // c.learner_world_size)
         worker_threads = c.torch_threads or max(1, cores // cfg.rollout.num_workers)
+        split = None  # the CPU split layout: the learner and the engines on disjoint cores
+        if c.layout == "split" and c.device == "cpu":
+            from ragen2.cluster.cores import split_cores, usable_cores
+
+            split = split_cores(usable_cores())
+            learner_threads, worker_threads = (
+                (c.torch_threads, c.torch_threads) if c.torch_threads else
+                split.threads(c.learner_world_size, cfg.rollout.num_workers))
+            log.info("cluster.layout=split: learner ranks on cores %s, engines on cores %s",
+                     list(split.learner), list(split.engines))
         # Plan against the live cluster and reserve the GPUs (PlacementError if it cannot fit);
         # on cluster.device=cpu nothing is reserved and every actor asks for 0 CPUs / 0 GPUs.
         from ragen2.cluster import place
@@ -161,14 +171,15 @@ class Controller:
 
         def start_pool() -> WorkerPool:
             return WorkerPool(lambda i: worker_cls.options(**self.placement.worker_options(i))
-                              .remote(cfg, model_path, i, worker_threads),
+                              .remote(cfg, model_path, i, worker_threads,
+                                      split.engines if split else ()),
                               cfg.rollout.num_workers, on_restart=self._resync,
                               max_restarts=cfg.rollout.max_worker_restarts)
 
         self.pool, self.learners = start_actors(
             self.placement.plan, start_pool,
             lambda: LearnerGroup(cfg, model_path, learner_threads, self.placement,
-                                 learner_settings(cfg)),
+                                 learner_settings(cfg), split.learner if split else ()),
             lambda pool: pool.call_all("policy_version"))  # returns after every __init__
         self.sync = make_sync(cfg, self.learners, self.workers)
         self.train_envs, self.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)

@@ -84,6 +84,14 @@ def test_out_of_range_values(override, key):
     assert e.value.key == key
 
 
+def test_the_cpu_split_layout_needs_this_jobs_own_ray():
+    """On the CPU ``cluster.layout=split`` pins actors to this machine's core numbers."""
+    assert load_config(["cluster.layout=split"]).cluster.layout == "split"
+    with pytest.raises(ConfigError, match="local Ray") as e:
+        load_config(["cluster.layout=split", "cluster.address=auto"])
+    assert e.value.key == "cluster.layout"
+
+
 @pytest.mark.parametrize("off", ["monitor.panel_size=0", "monitor.name=none", "monitor.every=0",
                                  "trainer.eval_every=0"])
 def test_a_collapse_rollback_needs_the_probe_panel(off):

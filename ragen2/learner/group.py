@@ -6,7 +6,7 @@ work is collective) and returns rank 0's result.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import ray
 
@@ -19,9 +19,10 @@ from ragen2.learner.settings import LearnerSettings
 class LearnerGroup:
     def __init__(self, cfg: Config, model_path: str, threads: int,
                  placement: Placement | None = None,
-                 settings: LearnerSettings | None = None) -> None:
+                 settings: LearnerSettings | None = None, cores: Sequence[int] = ()) -> None:
         """``settings``: what the ranks need from other config sections (the controller's
-        :func:`ragen2.controller.learner_settings`; default: temperature 1, no Dr.GRPO constant)."""
+        :func:`ragen2.controller.learner_settings`; default: temperature 1, no Dr.GRPO constant);
+        ``cores``: the cores every rank is pinned to (``cluster.layout=split`` on the CPU)."""
         settings = settings if settings is not None else LearnerSettings()
         world = cfg.cluster.learner_world_size
         if placement is None:  # nothing reserved (tests): as before, one whole GPU per rank on cuda
@@ -30,7 +31,8 @@ class LearnerGroup:
         else:
             options = [placement.learner_options(r) for r in range(world)]
         actor = ray.remote(LearnerRank)
-        self.ranks = [actor.options(**options[r]).remote(cfg, model_path, r, world, threads, settings)
+        self.ranks = [actor.options(**options[r]).remote(cfg, model_path, r, world, threads,
+                                                          settings, tuple(cores))
                       for r in range(world)]
         addr, port = ray.get(self.ranks[0].address.remote())
         ray.get([a.setup.remote(addr, port) for a in self.ranks])

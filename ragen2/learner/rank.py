@@ -18,7 +18,7 @@ The rank reads its own config sections (``algorithm``, ``learner``, ``model``, `
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Mapping, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 import torch
@@ -46,7 +46,13 @@ class LearnerRank:
     meta_init: bool = True
 
     def __init__(self, cfg: Config, model_path: str, rank: int, world_size: int,
-                 threads: int, settings: LearnerSettings) -> None:
+                 threads: int, settings: LearnerSettings, cores: Sequence[int] = ()) -> None:
+        """``cores``: pin this rank's process to them (``cluster.layout=split`` on the CPU,
+        :mod:`ragen2.cluster.cores`); empty: wherever the OS puts it."""
+        if cores:
+            from ragen2.cluster.cores import pin_process
+
+            pin_process(cores)
         if threads > 0:
             torch.set_num_threads(threads)
         self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size

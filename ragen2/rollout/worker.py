@@ -29,9 +29,16 @@ def sampling_params(cfg: Config, seed: int, evaluation: bool = False) -> Samplin
 
 
 class RolloutWorker:
-    def __init__(self, cfg: Config, model_path: str, worker_id: int, threads: int = 0) -> None:
+    def __init__(self, cfg: Config, model_path: str, worker_id: int, threads: int = 0,
+                 cores: Sequence[int] = ()) -> None:
+        """``cores``: pin this worker's process (its in-process engine included) to them
+        (``cluster.layout=split`` on the CPU, :mod:`ragen2.cluster.cores`)."""
         import torch
 
+        if cores:
+            from ragen2.cluster.cores import pin_process
+
+            pin_process(cores)
         if threads > 0:
             torch.set_num_threads(threads)
         from ragen2.engines import ENGINES
