@@ -29,7 +29,7 @@ class _Rank:
     """LearnerRank's interface to LearnerGroup; ``model_path`` is the log directory here."""
 
     def __init__(self, cfg, model_path: str, rank: int, world_size: int, threads: int,
-                 settings=None) -> None:
+                 settings=None, cores=()) -> None:
         self.log, self.rank = Path(model_path), rank
         self._record("init")
 
