@@ -36,7 +36,6 @@ import torch
 from torch import Tensor
 
 
-
 @dataclass
 class BehaviourWeights:
     """The truncated importance weights of one micro-batch and their sums for the metrics.

@@ -49,6 +49,17 @@ def usable_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+def claim_cpu(threads: int, cores: Sequence[int] = ()) -> None:
+    """An actor's CPU share, at its start: pinned to ``cores`` (none: wherever the OS puts it),
+    then ``threads`` torch threads (0: torch's default)."""
+    if cores:
+        pin_process(cores)
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def pin_process(cores: Sequence[int]) -> None:
     """Pin every thread of this process to ``cores``; threads started later inherit it.
 
@@ -61,4 +72,4 @@ def pin_process(cores: Sequence[int]) -> None:
             pass
 
 
-__all__ = ["CoreSplit", "pin_process", "split_cores", "usable_cores"]
+__all__ = ["CoreSplit", "claim_cpu", "pin_process", "split_cores", "usable_cores"]

@@ -168,13 +168,13 @@ class VLLMEngine:
             # rewinds the request's torch.Generator, which CPU generators do not support), so
             # every prompt is prefilled in one step here.
             kwargs.update(enable_chunked_prefill=False)
+        from ragen2.cluster.cores import usable_cores
+
         # out of process: spawn (as vLLM does in a Ray actor; forking a process that already
         # holds an in-process engine would copy its distributed state), compile off as here,
         # and on the CPU with TP > 1 each worker bound to its share of this process's cores
         cpu_tp = device == "cpu" and o.tensor_parallel_size > 1
-        cores = (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
-                 else range(os.cpu_count() or 1))
-        bind = (cpu_thread_binding(o.tensor_parallel_size, sorted(cores))
+        bind = (cpu_thread_binding(o.tensor_parallel_size, usable_cores())
                 if cpu_tp and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ else None)
         with _child_env(VLLM_WORKER_MULTIPROC_METHOD=None if in_process else "spawn",
                         TORCH_COMPILE_DISABLE="1" if device == "cpu" and not in_process else None,

@@ -49,12 +49,9 @@ class LearnerRank:
                  threads: int, settings: LearnerSettings, cores: Sequence[int] = ()) -> None:
         """``cores``: pin this rank's process to them (``cluster.layout=split`` on the CPU,
         :mod:`ragen2.cluster.cores`); empty: wherever the OS puts it."""
-        if cores:
-            from ragen2.cluster.cores import pin_process
+        from ragen2.cluster.cores import claim_cpu
 
-            pin_process(cores)
-        if threads > 0:
-            torch.set_num_threads(threads)
+        claim_cpu(threads, cores)
         self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
         self.settings = settings
 

@@ -33,14 +33,9 @@ class RolloutWorker:
                  cores: Sequence[int] = ()) -> None:
         """``cores``: pin this worker's process (its in-process engine included) to them
         (``cluster.layout=split`` on the CPU, :mod:`ragen2.cluster.cores`)."""
-        import torch
+        from ragen2.cluster.cores import claim_cpu
 
-        if cores:
-            from ragen2.cluster.cores import pin_process
-
-            pin_process(cores)
-        if threads > 0:
-            torch.set_num_threads(threads)
+        claim_cpu(threads, cores)
         from ragen2.engines import ENGINES
         from ragen2.rollout.chat import ChatRenderer
         from ragen2.rollout.envs import all_entries, format_penalties, make_env

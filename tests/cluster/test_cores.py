@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ragen2.cluster.cores import CoreSplit, pin_process, split_cores
+from ragen2.cluster.cores import CoreSplit, claim_cpu, split_cores
 
 
 @pytest.mark.parametrize("cores, learner, engines", [
@@ -47,20 +47,24 @@ def _pinned(target: int, out) -> None:
     t = threading.Thread(target=early)
     t.start()
     before_ready.wait()
-    pin_process([target])
+    claim_cpu(1, [target])
     pinned.set()
     t.join()
     late = threading.Thread(target=lambda: seen.__setitem__("after", os.sched_getaffinity(0)))
     late.start()
     late.join()
     seen["main"] = os.sched_getaffinity(0)
+    import torch
+
+    seen["torch_threads"] = torch.get_num_threads()
     out.put(seen)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux affinity")
 def test_every_thread_of_the_process_is_pinned_and_new_threads_inherit():
-    """A thread that already ran when the process was pinned (as Ray's and gloo's do in an
-    actor) is moved too, and a thread started later inherits the mask."""
+    """``claim_cpu``, as an actor calls it first: a thread that already ran when the process was
+    pinned (as Ray's and gloo's do in an actor) is moved too, a thread started later inherits the
+    mask, and torch uses the given thread count."""
     target = max(os.sched_getaffinity(0))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -68,5 +72,5 @@ def test_every_thread_of_the_process_is_pinned_and_new_threads_inherit():
     p.start()
     seen = out.get(timeout=60)
     p.join(60)
-    assert seen == {"before": {target}, "after": {target}, "main": {target}}
+    assert seen == {"before": {target}, "after": {target}, "main": {target}, "torch_threads": 1}
     assert os.sched_getaffinity(0) != {target} or os.cpu_count() == 1  # this process untouched
