@@ -21,6 +21,8 @@ Usage::
     python benchmarks/robustness.py --label lr1e-3 --set algorithm.lr=1e-3
     python benchmarks/robustness.py --warm-seeds 3 4 --rl-seeds 2   # seeds not tuned on
     python benchmarks/robustness.py --report --against pre_issue14  # the bar, no new runs
+    python benchmarks/robustness.py --report --label staleness1_lr2.5e-4 --against staleness0 \
+        --bar near                                                  # issue 31's bar
 
 ``--share-warm-start`` gives all RL seeds of one warm-start seed one cache (the first run builds
 the warm start, the others load it): cheaper, but only the first run of each is cold.
@@ -65,6 +67,9 @@ CURVE_KEYS = ("rollout/success", "rollout/reward_mean", "rollout/format_error_ra
               "timing/warm_start_s", "timing/eval_s")
 #: the bar of the default job (issue 14): every gain, the median gain, the wall-time ratio
 BAR = {"min_gain": 0.15, "median_gain": 0.25, "max_wall_ratio": 2.0}
+#: the bar of a variant that must learn as well as its baseline (issue 31, item 4: the default
+#: job at trainer.max_staleness=1 next to k = 0): every gain, and the median gain's distance
+NEAR_BAR = {"min_gain": 0.15, "median_gain_within": 0.05}
 #: the runs the bar is about: warm-start seeds 0-2 x RL seeds 0-1 (others are reported beside it)
 BAR_SEEDS = {"warm": (0, 1, 2), "rl": (0, 1)}
 
@@ -181,6 +186,31 @@ def check_bar(label: str, doc: dict, against: str) -> list[str]:
     return lines
 
 
+def check_near(label: str, doc: dict, against: str) -> list[str]:
+    """Lines stating whether ``label`` meets :data:`NEAR_BAR` against ``against``: every run of
+    the grid gains at least ``min_gain`` and the two labels' median gains over the grid differ
+    by at most ``median_gain_within``. Both labels are judged on the grid only."""
+    grid = {run_key(w, r) for w in BAR_SEEDS["warm"] for r in BAR_SEEDS["rl"]}
+    mine, base = ({k: r for k, r in doc["labels"][lb]["runs"].items() if k in grid}
+                  for lb in (label, against))
+    s, b = summarize(mine), summarize(base)
+    if s["gain"] is None or b["gain"] is None:
+        return [f"{label} vs {against}: not enough finished runs"]
+    gains = [r["gain"] for r in mine.values() if r["gain"] is not None]
+    gap = s["gain"]["median"] - b["gain"]["median"]
+    lines = [
+        f"every gain >= {NEAR_BAR['min_gain']}: {min(gains):.3f} (min) -> "
+        f"{'yes' if min(gains) >= NEAR_BAR['min_gain'] and s['failed'] == 0 else 'NO'}",
+        f"median gain {s['gain']['median']:.3f} within {NEAR_BAR['median_gain_within']} of "
+        f"{against}'s {b['gain']['median']:.3f}: {gap:+.3f} -> "
+        f"{'yes' if abs(gap) <= NEAR_BAR['median_gain_within'] + 1e-12 else 'NO'}",
+    ]
+    for lb, runs in ((label, mine), (against, base)):
+        if missing := sorted(grid - set(runs)):
+            lines.append(f"{lb}: not run yet: {', '.join(missing)} -> NO")
+    return lines
+
+
 def table(label: str, runs: dict[str, dict]) -> list[str]:
     out = [f"{label}:", "  run     before  after   gain    wall"]
     for key in sorted(runs):
@@ -250,9 +280,9 @@ def save(path: Path, doc: dict[str, Any]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--label", default="default",
+    ap.add_argument("--label", default=None,
                     help=f"name of the configuration (presets: {', '.join(PRESETS)}; any other "
-                         "name needs --set)")
+                         "name needs --set); default: 'default' (with --report: every label)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="ragen2-train overrides added to the label's preset")
     ap.add_argument("--warm-seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -265,9 +295,14 @@ def main() -> None:
     ap.add_argument("--rerun", action="store_true", help="run again even if recorded")
     ap.add_argument("--report", action="store_true", help="print the tables, run nothing")
     ap.add_argument("--against", default=None, help="baseline label for the bar")
+    ap.add_argument("--bar", choices=("issue14", "near"), default="issue14",
+                    help="issue14: gains, after and wall against the baseline (default); near: "
+                         "every gain >= 0.15 and the median gain within 0.05 of the baseline's")
     ap.add_argument("--plot", nargs="*", default=None, metavar="LABEL",
                     help="write <out>.png with these labels' curves (no label: all)")
     args = ap.parse_args()
+    judged = [args.label] if args.label else None  # --report judges every label unless named
+    args.label = args.label or "default"
 
     if args.label not in PRESETS and not args.set and not args.report:
         ap.error(f"--label {args.label!r} is no preset ({', '.join(PRESETS)}): give its "
@@ -315,9 +350,10 @@ def main() -> None:
         if args.against not in doc["labels"]:
             sys.exit(f"robustness: no runs recorded under --against {args.against!r}")
         for label in ([args.label] if not args.report else
-                      [lb for lb in doc["labels"] if lb != args.against]):
+                      judged or [lb for lb in doc["labels"] if lb != args.against]):
             print(f"bar for {label} against {args.against}:")
-            print("\n".join(f"  {line}" for line in check_bar(label, doc, args.against)))
+            check = check_near if args.bar == "near" else check_bar
+            print("\n".join(f"  {line}" for line in check(label, doc, args.against)))
     if args.plot is not None:
         print(f"wrote {plot(doc, args.plot or list(doc['labels']), args.out.with_suffix('.png'))}")
 

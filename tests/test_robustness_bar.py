@@ -1,4 +1,5 @@
-"""benchmarks/robustness.py: the issue-14 bar, on hand-made distributions."""
+"""benchmarks/robustness.py: the issue-14 bar and the near bar (issue 31), on hand-made
+distributions."""
 
 from __future__ import annotations
 
@@ -61,3 +62,31 @@ def test_seeds_outside_the_grid_are_reported_not_judged(rb):
     lines = rb.check_bar("new", doc(rb, new, BASE), "base")
     assert verdicts(lines) == ["yes"] * 4
     assert lines[-1] == "seeds outside the bar's grid: w3_s2 gain 0.000"
+
+
+# the near bar: BASE's gains are 0.15 .. 0.25, median (0.19 + 0.21) / 2 = 0.20
+
+
+def test_near_bar_passes_inside_the_margin_and_fails_just_outside(rb):
+    new = {(w, s): (0.1, 0.26 + 0.01 * w, 650.0) for w in range(3) for s in range(2)}  # 0.16-0.18
+    lines = rb.check_near("new", doc(rb, new, BASE), "base")
+    assert verdicts(lines) == ["yes", "yes"]
+    assert "median gain 0.170 within 0.05 of base's 0.200: -0.030" in lines[1]
+    new = {(w, s): (0.1, 0.24 + 0.01 * w, 650.0) for w in range(3) for s in range(2)}  # 0.14-0.16
+    lines = rb.check_near("new", doc(rb, new, BASE), "base")
+    assert verdicts(lines) == ["NO", "yes"]  # min gain 0.14; median 0.15 is 0.05 under 0.20
+    new = {(w, s): (0.1, 0.40, 650.0) for w in range(3) for s in range(2)}  # 0.30: too far above
+    assert verdicts(rb.check_near("new", doc(rb, new, BASE), "base")) == ["yes", "NO"]
+
+
+def test_near_bar_names_missing_runs_of_either_label_and_ignores_other_seeds(rb):
+    new = {(w, s): (0.1, 0.30, 650.0) for w in range(3) for s in range(2)}
+    new[(3, 2)] = (0.1, 0.1, 650.0)  # outside the grid: not judged
+    del new[(0, 1)]
+    base = dict(BASE)
+    del base[(2, 0)]
+    base[(4, 2)] = (0.0, 0.9, 100.0)  # outside the grid: not in base's median either
+    lines = rb.check_near("new", doc(rb, new, base), "base")
+    assert verdicts(lines) == ["yes", "yes", "NO", "NO"]
+    assert "of base's 0.190" in lines[1]  # median of 0.15 0.17 0.19 0.21 0.25 (w2_s0's 0.23 gone)
+    assert lines[2:] == ["new: not run yet: w0_s1 -> NO", "base: not run yet: w2_s0 -> NO"]
