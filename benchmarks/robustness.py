@@ -64,7 +64,8 @@ PRESETS: dict[str, list[str]] = {
 #: per-step metrics kept as the training curve
 CURVE_KEYS = ("rollout/success", "rollout/reward_mean", "rollout/format_error_rate",
               "rollout/in_group_reward_std", "actor/entropy", "eval/success", "timing/step_s",
-              "timing/warm_start_s", "timing/eval_s")
+              "timing/warm_start_s", "timing/eval_s", "async/staleness_mean",
+              "async/is_weight_mean", "async/is_weight_max", "async/is_truncated_frac")
 #: the bar of the default job (issue 14): every gain, the median gain, the wall-time ratio
 BAR = {"min_gain": 0.15, "median_gain": 0.25, "max_wall_ratio": 2.0}
 #: the bar of a variant that must learn as well as its baseline (issue 31, item 4: the default
