@@ -154,9 +154,14 @@ def summarize(runs: dict[str, dict]) -> dict[str, Any]:
         "runs": len(runs), "failed": len(runs) - len(ok)}
 
 
+def bar_grid() -> set[str]:
+    """The run keys every bar judges (:data:`BAR_SEEDS`)."""
+    return {run_key(w, r) for w in BAR_SEEDS["warm"] for r in BAR_SEEDS["rl"]}
+
+
 def check_bar(label: str, doc: dict, against: str) -> list[str]:
     """Lines stating whether ``label`` meets the bar against the baseline ``against``."""
-    grid = {run_key(w, r) for w in BAR_SEEDS["warm"] for r in BAR_SEEDS["rl"]}
+    grid = bar_grid()
     every = doc["labels"][label]["runs"]
     runs = {k: r for k, r in every.items() if k in grid}
     s, b = summarize(runs), summarize(doc["labels"][against]["runs"])
@@ -191,7 +196,7 @@ def check_near(label: str, doc: dict, against: str) -> list[str]:
     """Lines stating whether ``label`` meets :data:`NEAR_BAR` against ``against``: every run of
     the grid gains at least ``min_gain`` and the two labels' median gains over the grid differ
     by at most ``median_gain_within``. Both labels are judged on the grid only."""
-    grid = {run_key(w, r) for w in BAR_SEEDS["warm"] for r in BAR_SEEDS["rl"]}
+    grid = bar_grid()
     mine, base = ({k: r for k, r in doc["labels"][lb]["runs"].items() if k in grid}
                   for lb in (label, against))
     s, b = summarize(mine), summarize(base)
