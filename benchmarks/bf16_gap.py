@@ -35,7 +35,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import emit, free_port, parse_args, run_child, write_result  # noqa: E402
+from common import emit, parse_args, run_child, write_result  # noqa: E402
 
 PROBE_TOKENS, PROBE_NEW, PROBE_TOP = 320, 4, 5  # sync.probe_tokens; run_probe's defaults
 
@@ -99,7 +99,7 @@ def learner_side(dtype: str, engine_json: str) -> dict:
     cfg = load_config(["model=smollm2", f"model.dtype={dtype}", "cluster.learner_world_size=1",
                        "learner.micro_batch_tokens=1024", "learner.activation_checkpointing=false"])
     rank = LearnerRank(cfg, _model_path(), 0, 1, threads=0, settings=learner_settings(cfg))
-    rank.setup("127.0.0.1", free_port())
+    rank.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     probes = []
     for p in data["probes"]:
         tops = [{int(t): v for t, v in d.items()} for d in p["tops"]]

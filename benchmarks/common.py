@@ -19,7 +19,6 @@ import json
 import math
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -159,12 +158,6 @@ def run_child(argv: Sequence[str], timeout: float | None = None) -> Any:
     if p.returncode or not lines:
         raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}:\n{p.stderr[-4000:]}")
     return json.loads(lines[-1][7:])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def model_path(overrides: Sequence[str] = ()) -> str:

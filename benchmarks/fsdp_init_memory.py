@@ -43,6 +43,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from ragen2.cluster.rendezvous import SpawnRendezvous
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
@@ -59,7 +62,7 @@ MALLOC = {"default": {}, "mmap128k": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 IDS = [[5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300]]
 
 
-def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out: str) -> None:
+def _rank(rank: int, path: str, overrides: list[str], meta: bool, rdv: Any, out: str) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -81,6 +84,7 @@ def _rank(rank: int, path: str, overrides: list[str], meta: bool, port: int, out
     sampler.start()
     LearnerRank.meta_init = meta
     r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
+    port = rdv.port(rank, lambda: r.address("127.0.0.1")[1])  # rank 0's store, bound by the OS
     t0 = time.perf_counter()
     r.setup("127.0.0.1", port)
     setup_s = time.perf_counter() - t0
@@ -103,9 +107,9 @@ def _pair(path: str, overrides: list[str], meta: bool, out: Path, env: dict | No
     import os
 
     out.mkdir(parents=True, exist_ok=True)
-    port = common.free_port()
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, path, overrides, meta, port, str(out)))
+    rdv = SpawnRendezvous(2, ctx)
+    procs = [ctx.Process(target=_rank, args=(r, path, overrides, meta, rdv, str(out)))
              for r in range(2)]
     saved = dict(os.environ)
     os.environ.update(env or {})  # read by the children's C library as they start

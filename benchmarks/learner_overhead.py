@@ -144,7 +144,7 @@ def world1(s: dict) -> dict:
     cfg = load_config(["cluster.learner_world_size=1", *OVERRIDES])
     path = resolve_model_path(cfg)
     rank = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
-    rank.setup("127.0.0.1", common.free_port())
+    rank.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     plain = PlainLoop(cfg, path)
     batch = make_batch(s["rows"], s["length"], plain.model.config.vocab_size)
     torch.set_num_threads(1)
@@ -180,7 +180,7 @@ def world1(s: dict) -> dict:
             "samples": {"ragen2_update_s": ours, "plain_update_s": base}}
 
 
-def _rank2(rank_id: int, port: int, s: dict, queue) -> None:
+def _rank2(rank_id: int, rdv, s: dict, queue) -> None:
     from ragen2.learner.rank import LearnerRank
     from ragen2.controller import learner_settings
     from ragen2.train import load_config, resolve_model_path
@@ -188,7 +188,7 @@ def _rank2(rank_id: int, port: int, s: dict, queue) -> None:
     cfg = load_config(["cluster.learner_world_size=2", *OVERRIDES])
     rank = LearnerRank(cfg, resolve_model_path(cfg), rank_id, 2, threads=1,
                        settings=learner_settings(cfg))
-    rank.setup("127.0.0.1", port)
+    rdv.setup(rank)  # rank 0's store binds a port the OS assigns and sends it to rank 1
     batch = make_batch(s["rows"], s["length"], rank.model.config.vocab_size)
     times = []
     for _ in range(s["repeats"] + 1):
@@ -202,8 +202,10 @@ def _rank2(rank_id: int, port: int, s: dict, queue) -> None:
 
 def world2(s: dict) -> dict:
     ctx = mp.get_context("spawn")
-    queue, port = ctx.Queue(), common.free_port()
-    procs = [ctx.Process(target=_rank2, args=(r, port, s, queue)) for r in range(2)]
+    from ragen2.cluster.rendezvous import SpawnRendezvous
+
+    queue, rdv = ctx.Queue(), SpawnRendezvous(2, ctx)
+    procs = [ctx.Process(target=_rank2, args=(r, rdv, s, queue)) for r in range(2)]
     for p in procs:
         p.start()
     got = dict(queue.get(timeout=900) for _ in procs)

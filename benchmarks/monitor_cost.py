@@ -55,7 +55,7 @@ def growth(s: dict) -> dict:
     cfg = load_config(["cluster.learner_world_size=1"])
     path = resolve_model_path(cfg)
     rank = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
-    rank.setup("127.0.0.1", common.free_port())
+    rank.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     tokenizer = load_tokenizer(path)
 
     def scorer(contexts, continuations, columns):  # LearnerGroup.score with one in-process rank

@@ -57,7 +57,7 @@ def one_size(hidden: int, layers: int, repeats: int) -> dict:
     ensure_ray(cfg)
     path = resolve_model_path(cfg)
     rank = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
-    rank.setup("127.0.0.1", common.free_port())
+    rank.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     worker = ray.remote(RolloutWorker).options(num_cpus=0).remote(cfg, path, 0, 1)
     ray.get(worker.policy_version.remote())
     weights = rank.policy_weights()

@@ -43,7 +43,6 @@ import argparse
 import importlib
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -62,12 +61,6 @@ for p in (REPO, REPO / "envs"):  # runnable from a plain checkout, without `pip 
 QWEN2_05B = dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
                  rope_theta=1e6, tie_word_embeddings=True, seed=0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------ the engine process
@@ -379,7 +372,8 @@ def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
     holder = SimpleNamespace()
     backend = "nccl" if args.device == "cuda" else "gloo"
     t0 = time.perf_counter()
-    join_group(holder, "127.0.0.1", _free_port(), 1, 0, backend, 60.0, "rank 0 = this process")
+    # port 0: a group of one binds its store on a port the OS assigns (ragen2.cluster.rendezvous)
+    join_group(holder, "127.0.0.1", 0, 1, 0, backend, 60.0, "rank 0 = this process")
     flat = torch.arange(1024, dtype=torch.float32, device=args.device)
     _broadcast(holder, flat, "the check's broadcast")
     if args.device == "cuda":
@@ -569,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = EngineProcess(path, args.dtype, args.device, args.timeout)
             cfg = learner_config(args)
             learner = LearnerRank(cfg, path, 0, 1, threads=0, settings=learner_settings(cfg))
-            learner.setup("127.0.0.1", _free_port())
+            learner.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
             return {"model_path": path, "params_m": round(
                 sum(p.numel() for p in learner.model.parameters()) / 1e6, 1),
                 "peak_mem_gib": _peak_gib(args.device)}

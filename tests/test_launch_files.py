@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from tests.ports import port_clash, spare_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
@@ -167,20 +168,26 @@ def test_sbatch_runs_against_stand_in_slurm(tmp_path):
     bin_ = stand_in_slurm(tmp_path, scontrol="#!/usr/bin/env bash\necho localhost\n",
                           ragen2_train=f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
                                        "exit 3\n")
-    ray_dir = Path(tempfile.mkdtemp(prefix="r2sb", dir="/tmp"))  # Unix sockets: short paths
-    port, client_port = free_port(), free_port()  # another test run may hold Ray's defaults
-    env = sbatch_env(bin_, ray_dir, RAY_PORT=str(port), RAY_NUM_CPUS="1",
-                     RAY_START_ARGS=f"--ray-client-server-port={client_port}")
-    # its own session, so whatever it leaves behind can be found (and ended) by session id
-    job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                           cwd=tmp_path, start_new_session=True)
-    try:
-        out, _ = job.communicate(timeout=240)
-        time.sleep(2)
-        left = session_pids(job.pid)
-    finally:
-        end_sessions([job], ray_dir)
+    for _ in range(3):  # a Ray port taken before the head bound it: again, on new ports
+        ray_dir = Path(tempfile.mkdtemp(prefix="r2sb", dir="/tmp"))  # Unix sockets: short paths
+        port, client_port = spare_port(), spare_port()  # another test run may hold Ray's defaults
+        env = sbatch_env(bin_, ray_dir, RAY_PORT=str(port), RAY_NUM_CPUS="1",
+                         RAY_START_ARGS=f"--ray-client-server-port={client_port}")
+        # its own session, so whatever it leaves behind can be found (and ended) by session id
+        job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, cwd=tmp_path, start_new_session=True)
+        out, clash = "", False
+        try:
+            out, _ = job.communicate(timeout=240)
+            time.sleep(2)
+            left = session_pids(job.pid)
+            clash = job.returncode != 3 and port_clash(out, ray_dir)
+        finally:
+            end_sessions([job], ray_dir)
+        if not clash:
+            break
+    assert not clash, "a Ray port was taken on every attempt"
     assert job.returncode == 3, out  # ragen2-train's exit status comes through
     assert "ray node" in out and "1 CPU" in out, out
     assert (tmp_path / "train_args").read_text().split() == [
@@ -202,27 +209,38 @@ def test_sbatch_forwards_usr1_and_requeues(tmp_path, sig):
         ragen2_train=f"#!/usr/bin/env bash\necho \"$@\" > {tmp_path}/train_args\n"
                      f"trap 'echo USR1 > {tmp_path}/got; exit 75' USR1\n"
                      f"touch {tmp_path}/started\nwhile :; do sleep 0.1; done\n")
-    ray_dir = Path(tempfile.mkdtemp(prefix="r2sq", dir="/tmp"))
-    port, client_port = free_port(), free_port()
-    env = sbatch_env(bin_, ray_dir, drop=("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"),
-                     SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="1",
-                     RAGEN2_RUN_DIR=str(tmp_path / "run"), RAY_PORT=str(port), RAY_NUM_CPUS="1",
-                     RAY_START_ARGS=f"--ray-client-server-port={client_port}")
-    job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                           cwd=tmp_path, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not (tmp_path / "started").exists():
-            assert job.poll() is None, job.stdout.read()
-            assert time.monotonic() < deadline, "ragen2-train never started"
-            time.sleep(0.2)
-        job.send_signal(getattr(signal, f"SIG{sig}"))  # USR1: what SLURM does at --signal=B:USR1@T
-        out, _ = job.communicate(timeout=120)
-        time.sleep(2)
-        left = session_pids(job.pid)
-    finally:
-        end_sessions([job], ray_dir)
+    for _ in range(3):  # a Ray port taken before the head bound it: again, on new ports
+        ray_dir = Path(tempfile.mkdtemp(prefix="r2sq", dir="/tmp"))
+        port, client_port = spare_port(), spare_port()
+        env = sbatch_env(bin_, ray_dir, drop=("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"),
+                         SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="1",
+                         RAGEN2_RUN_DIR=str(tmp_path / "run"), RAY_PORT=str(port),
+                         RAY_NUM_CPUS="1", RAY_START_ARGS=f"--ray-client-server-port={client_port}")
+        job = subprocess.Popen(["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), "seed=3"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, cwd=tmp_path, start_new_session=True)
+        clash = False
+        try:
+            deadline = time.monotonic() + 240
+            while not (tmp_path / "started").exists():
+                if job.poll() is not None:  # it ended before ragen2-train started
+                    early = job.stdout.read()
+                    clash = port_clash(early, ray_dir)
+                    assert clash, early
+                    break
+                assert time.monotonic() < deadline, "ragen2-train never started"
+                time.sleep(0.2)
+            else:
+                # USR1: what SLURM does at --signal=B:USR1@T
+                job.send_signal(getattr(signal, f"SIG{sig}"))
+                out, _ = job.communicate(timeout=120)
+                time.sleep(2)
+                left = session_pids(job.pid)
+        finally:
+            end_sessions([job], ray_dir)
+        if not clash:
+            break
+    assert not clash, "a Ray port was taken on every attempt"
     assert (tmp_path / "got").read_text().strip() == "USR1"  # the trainer always gets USR1
     assert f"ragen2-train exited with 75 (after SIG{sig})" in out, out
     if sig == "USR1":
@@ -234,12 +252,6 @@ def test_sbatch_forwards_usr1_and_requeues(tmp_path, sig):
     args = (tmp_path / "train_args").read_text().split()
     assert f"hydra.run.dir={tmp_path / 'run'}" in args and "trainer.resume=true" in args
     assert left == [], f"processes of the job still running: {left}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def session_pids(sid: int) -> list[int]:

@@ -108,7 +108,8 @@ def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp
     import tempfile
 
     from tests.runs import ONE_RANK, small
-    from tests.test_launch_files import (LAUNCH, ROOT, end_sessions, free_port, sbatch_env,
+    from tests.ports import now, port_clash, spare_port
+    from tests.test_launch_files import (LAUNCH, ROOT, end_sessions, sbatch_env, session_pids,
                                          stand_in_slurm)
 
     bin_ = stand_in_slurm(
@@ -123,25 +124,44 @@ def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp
                      RAGEN2_CLUSTER_ARGS="cluster.device=cpu cluster.backend=gloo",
                      PYTHONPATH=str(ROOT), RAY_AUTH_MODE="disabled")
     args = small(tiny_model_path, "trainer.total_steps=3", "trainer.save_every=0", ONE_RANK)
+    jobs: list[subprocess.Popen] = []  # every job started, for end_sessions
+    since: list[float] = []
+    tries = {0: 0, 1: 0}
 
     def sbatch(restart: int) -> subprocess.Popen:
-        port, client = free_port(), free_port()
-        return subprocess.Popen(
+        port, client = spare_port(), spare_port()
+        since.append(now())
+        tries[restart] += 1
+        jobs.append(subprocess.Popen(
             ["bash", str(LAUNCH / "slurm" / "ragen2.sbatch"), *args],
             stdout=open(tmp_path / f"job{restart}.log", "w"), stderr=subprocess.STDOUT, cwd=tmp_path,
             env={**env, "SLURM_RESTART_COUNT": str(restart), "RAY_PORT": str(port),
                  "RAY_START_ARGS": f"--ray-client-server-port={client}"},
-            start_new_session=True)
+            start_new_session=True))
+        return jobs[-1]
 
-    jobs = [sbatch(0)]
+    def again(restart: int) -> bool:
+        """The last job ended as a Ray port it was given was taken before the head bound it:
+        end what it left and start it again on new ports (at most 3 tries of each job)."""
+        if tries[restart] >= 3 or not port_clash(
+                (tmp_path / f"job{restart}.log").read_text(), ray_dir, since[-1]):
+            return False
+        for pid in session_pids(jobs[-1].pid):
+            os.kill(pid, signal.SIGKILL)
+        return True
+
+    job0 = sbatch(0)
     try:
         deadline = time.monotonic() + 600
         while 1 not in _rows(run):
-            assert jobs[0].poll() is None, (tmp_path / "job0.log").read_text()[-3000:]
+            if job0.poll() is not None and again(0):
+                job0 = sbatch(0)
+                continue
+            assert job0.poll() is None, (tmp_path / "job0.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "step 1 never logged"
             time.sleep(0.2)
-        jobs[0].send_signal(signal.SIGUSR1)
-        assert jobs[0].wait(300) == 0, (tmp_path / "job0.log").read_text()[-3000:]
+        job0.send_signal(signal.SIGUSR1)
+        assert job0.wait(300) == 0, (tmp_path / "job0.log").read_text()[-3000:]
         out0 = (tmp_path / "job0.log").read_text()
         assert f"ragen2-train exited with {PREEMPTED_EXIT} (after SIGUSR1)" in out0, out0[-3000:]
         assert (tmp_path / "requeued").read_text().split() == ["requeue", "77"]
@@ -151,8 +171,10 @@ def test_sbatch_time_limit_checkpoints_requeues_and_resumes(tiny_model_path, tmp
         assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == stopped
         assert f"stopped after step {stopped}" in out0 and "trainer.resume=true" in out0
         assert not (run / "summary.json").exists()
-        jobs.append(sbatch(1))  # what SLURM runs after `scontrol requeue`
-        assert jobs[1].wait(600) == 0, (tmp_path / "job1.log").read_text()[-3000:]
+        job1 = sbatch(1)  # what SLURM runs after `scontrol requeue`
+        while job1.wait(600) != 0 and again(1):
+            job1 = sbatch(1)
+        assert job1.returncode == 0, (tmp_path / "job1.log").read_text()[-3000:]
     finally:
         end_sessions(jobs, ray_dir)
     out1 = (tmp_path / "job1.log").read_text()

@@ -55,26 +55,37 @@ class LearnerRank:
         self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
         self.settings = settings
 
-    def address(self) -> tuple[str, int]:
-        """This node's IP and a free port for the process group's rendezvous (asked of rank 0)."""
-        import socket
+    def address(self, host: str | None = None) -> tuple[str, int]:
+        """Where a group whose rank 0 is this rank meets (asked of rank 0 before anyone joins):
+        this node's IP (``host``: that address instead) and the port of a rendezvous store
+        bound here on a port the OS assigned (:func:`ragen2.cluster.rendezvous.open_store`:
+        no other process can take it before the group forms). Once per group: :meth:`setup`,
+        or a weight-sync group's :func:`~ragen2.sync.nccl.join_group`, takes the store."""
+        from ragen2.cluster.rendezvous import open_store
 
-        import ray
+        if host is None:
+            import ray
 
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return ray.util.get_node_ip_address(), s.getsockname()[1]
+            host = ray.util.get_node_ip_address()
+        return host, open_store(self, host)
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        """Join the process group, load and shard the policy (and reference / critic).
+        """Join the process group at ``master_addr:master_port``, load and shard the policy (and
+        reference / critic).
 
-        Sharded learners initialise every model on the meta device; only rank 0 reads the
-        checkpoint into host memory and the others receive their shards from it.
+        Rank 0 serves the group's store: the one :meth:`address` bound at ``master_port``, or
+        (a single rank) ``master_port=0``: one bound now on a port the OS assigns. Sharded
+        learners initialise every model on the meta device; only rank 0 reads the checkpoint
+        into host memory and the others receive their shards from it.
         """
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        from ragen2.cluster.rendezvous import join_store
+
+        store = join_store(self, master_addr, master_port, self.world_size, self.rank)
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(store.port))
         cuda = self.cfg.cluster.device == "cuda"
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-        dist.init_process_group(self.cfg.cluster.backend, rank=self.rank, world_size=self.world_size)
+        dist.init_process_group(self.cfg.cluster.backend, store=store, rank=self.rank,
+                                world_size=self.world_size)
         build.build_models(self)
         self.version = 0
 

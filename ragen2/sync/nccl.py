@@ -31,11 +31,14 @@ def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend
     process with a message that names neither the strategy nor the ranks) never applies."""
     import torch.distributed as dist
 
+    from ragen2.cluster.rendezvous import join_store
+
     timeout = datetime.timedelta(seconds=timeout_s)
     holder._weight_sync_info = {"rank": rank, "world": world, "backend": backend,
                                 "timeout_s": timeout_s, "roles": roles}
     try:
-        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timeout)
+        # rank 0's store is the one LearnerRank.address bound on a port the OS assigned
+        store = join_store(holder, addr, port, world, rank, timeout)
         prefix = dist.PrefixStore("ragen2_weight_sync", store)
         if backend == "nccl":
             opts = dist.ProcessGroupNCCL.Options()

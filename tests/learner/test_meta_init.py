@@ -21,7 +21,6 @@ BASE = ("cluster.learner_world_size=2", "algorithm.lr=1e-3", "algorithm.micro_ba
 SCENARIOS = {"ppo": ("algorithm.adv_estimator=gae",)}  # policy, reference and critic
 if importlib.util.find_spec("peft") is not None:  # the `lora` extra
     SCENARIOS["lora"] = ("learner.lora.rank=4", "learner.lora.alpha=8", "learner.lora.dropout=0.1")
-N_PORTS = 2 * len(SCENARIOS)
 
 
 def _lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -57,14 +56,13 @@ def _snapshot(r, batch) -> dict:
     return out
 
 
-def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
+def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
     torch.set_num_threads(1)
     from ragen2.learner.rank import LearnerRank
     from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
     result = {}
-    port = iter(ports)
     default = LearnerRank.meta_init
     try:
         for name, extra in SCENARIOS.items():
@@ -73,7 +71,7 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
                 torch.manual_seed(1234)  # both paths start from the same RNG state
                 cfg = load_config([*BASE, *extra])
                 r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
-                r.setup("127.0.0.1", next(port))
+                rdv.setup(r)
                 try:
                     batch = _batch()  # token rewards: the critic has something to learn
                     batch["token_rewards"] = (batch["loss_mask"] * np.linspace(-1, 1, 20)).astype(np.float32)

@@ -121,10 +121,9 @@ def test_nonfinite_warm_start_step_is_skipped(tiny_model_path, monkeypatch):
 
 
 # --------------------------------------------------------------- two ranks
-N_PORTS = 1
 
 
-def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
+def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
     """Rank 1 alone sees a NaN loss (its gradients stay finite): both ranks must skip. Runs in
     the learner tests' shared two-rank spawn (tests/learner/two_ranks.py)."""
     torch.set_num_threads(1)
@@ -135,7 +134,7 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
     cfg = load_config(["cluster.learner_world_size=2", "algorithm.lr=1e-3",
                        "algorithm.ppo_mini_batches=2"])
     r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
-    r.setup("127.0.0.1", ports[0])
+    rdv.setup(r)
     try:
         step = r._step
         r._step = lambda pairs, loss: step(pairs, float("nan") if rank == 1 else loss)

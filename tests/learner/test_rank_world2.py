@@ -44,10 +44,7 @@ if importlib.util.find_spec("peft") is not None:  # the `lora` extra
                          "algorithm.kl_coef=0.1")
 
 
-N_PORTS = len(SCENARIOS)
-
-
-def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
+def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
     torch.set_num_threads(1)
     import ragen2.learner.forward as rank_module
 
@@ -64,25 +61,25 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
         rank_module.plan_shared_prefix = lambda *a, min_saving=0.2: (
             planner(*a, min_saving=min_saving) if min_saving == -float("inf") else None)
     try:
-        result = _scenarios(rank, path, ports, calls)
+        result = _scenarios(rank, path, rdv, calls)
     finally:  # the other jobs of the shared spawn see the module as it was
         rank_module.shared_prefix_logits, rank_module.plan_shared_prefix = shared, planner
     torch.save(result, f"{out_dir}/rank{rank}.pt")
 
 
-def _scenarios(rank: int, path: str, ports: list[int], calls: list) -> dict:
+def _scenarios(rank: int, path: str, rdv, calls: list) -> dict:
     from ragen2.controller import learner_settings
     from ragen2.learner.rank import LearnerRank
     from ragen2.train import load_config
     from tests.learner.test_prefix import prefix_batch
 
     result = {}
-    for (name, extra), port in zip(SCENARIOS.items(), ports):
+    for name, extra in SCENARIOS.items():
         calls.clear()
         batch = prefix_batch if name.startswith("prefix") else _batch
         cfg = load_config([*BASE, *extra])
         r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
-        r.setup("127.0.0.1", port)
+        rdv.setup(r)
         try:
             if name == "score_slices":  # before the update: the weights of the model file
                 result["scores"] = r.score(SCORE_CONTEXTS, SCORE_CONTS, SCORE_COLUMNS, chunk=2)

@@ -14,25 +14,28 @@ import torch
 from tests.learner.test_rank import _batch
 
 OVERRIDES = ("algorithm.lr=1e-3", "algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=2")
-N_PORTS = 2
 
 
 def _batch_v(version: int) -> dict[str, np.ndarray]:
     return {**_batch(), "policy_version": np.full(6, version, np.int64)}
 
 
-def _learner(path: str, rank: int, world: int, port: int):
+def _learner(path: str, rank: int, world: int, rdv=None):
+    """A learner rank set up with the others through ``rdv`` (a SpawnRendezvous), or alone."""
     from ragen2.learner.rank import LearnerRank
     from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
     cfg = load_config([f"cluster.learner_world_size={world}", *OVERRIDES])
     r = LearnerRank(cfg, path, rank, world, threads=1, settings=learner_settings(cfg))
-    r.setup("127.0.0.1", port)
+    if rdv is None:
+        r.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
+    else:
+        rdv.setup(r)
     return r
 
 
-def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
+def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
     """Both ranks: update, save (sharded), update again; then a fresh pair loads and repeats the
     second update."""
     torch.set_num_threads(1)
@@ -42,7 +45,7 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
 
         os.makedirs(ckpt, exist_ok=True)
     result = {}
-    r = _learner(path, rank, 2, ports[0])
+    r = _learner(path, rank, 2, rdv)
     try:
         r.update(_batch_v(0), step=1)
         r.barrier()  # rank 0 made the directory
@@ -52,7 +55,7 @@ def _worker(rank: int, path: str, ports: list[int], out_dir: str) -> None:
         result["after_weights"] = {k: v.clone() for k, v in r.named_weights()}
     finally:
         r.shutdown()
-    r = _learner(path, rank, 2, ports[1])
+    r = _learner(path, rank, 2, rdv)
     try:
         result["version"] = r.load(ckpt)
         result["resumed"] = r.update(_batch_v(1), step=2)
@@ -67,7 +70,6 @@ def test_sharded_checkpoint_resumes_exactly_and_on_one_rank(tiny_model_path, two
     from pathlib import Path
 
     from ragen2.learner.sharded import read_model_state
-    from tests.learner.two_ranks import free_ports
 
     r0, r1 = two_rank_results["sharded"]
     ckpt = Path(two_rank_results["sharded_dir"]) / "ckpt"
@@ -89,7 +91,7 @@ def test_sharded_checkpoint_resumes_exactly_and_on_one_rank(tiny_model_path, two
     # another world size: one rank loads the two ranks' shards
     from tests.learner.test_sharded_checkpoint import _learner
 
-    r = _learner(tiny_model_path, 0, 1, free_ports(1)[0])
+    r = _learner(tiny_model_path, 0, 1)
     try:
         assert r.load(str(ckpt)) == 1
         for k, v in r.named_weights():

@@ -2,32 +2,26 @@
 
 Each spawned process pays the torch + transformers import (~10 s on 2 cores) and a gloo group
 per scenario, so the two-rank checks of several files run in one pair of processes: every job
-below is a function ``job(rank, path, ports, out_dir)`` that saves ``out_dir/rank{rank}.pt``; the
+below is a function ``job(rank, path, rdv, out_dir)`` that saves ``out_dir/rank{rank}.pt``; the
 session fixture ``two_rank_results`` (tests/learner/conftest.py) runs them all, one after the
-other in the same two processes, and each test file asserts on its job's results.
+other in the same two processes, and each test file asserts on its job's results. The ranks meet
+through ``rdv`` (:class:`ragen2.cluster.rendezvous.SpawnRendezvous`): ``rdv.setup(learner)`` once
+per LearnerRank, in the same order on both ranks; rank 0's store binds a port the OS assigns and
+the port reaches rank 1 through a queue, so no port is chosen free and bound later.
 """
 
 from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
-import socket
 from pathlib import Path
 
-#: job name -> the test module whose ``_worker(rank, path, ports, out_dir)`` runs on both ranks,
-#: with ``N_PORTS`` gloo groups (one per LearnerRank it sets up)
+from ragen2.cluster.rendezvous import SpawnRendezvous
+
+#: job name -> the test module whose ``_worker(rank, path, rdv, out_dir)`` runs on both ranks
 JOBS = {"world2": "tests.learner.test_rank_world2", "nonfinite": "tests.learner.test_nonfinite",
         "meta_init": "tests.learner.test_meta_init",
         "sharded": "tests.learner.test_sharded_checkpoint"}
-
-
-def free_ports(n: int) -> list[int]:
-    out = []
-    for _ in range(n):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            out.append(s.getsockname()[1])
-    return out
 
 
 def run_two_ranks(target, *args, timeout: float = 300) -> None:
@@ -45,23 +39,21 @@ def run_two_ranks(target, *args, timeout: float = 300) -> None:
 
 
 def _job(name: str):
-    mod = importlib.import_module(JOBS[name])
-    return mod._worker, mod.N_PORTS
+    return importlib.import_module(JOBS[name])._worker
 
 
-def _every_job(rank: int, path: str, ports: dict[str, list[int]], out_dir: str) -> None:
+def _every_job(rank: int, path: str, rdv: SpawnRendezvous, out_dir: str) -> None:
     for name in JOBS:
-        fn, _ = _job(name)
         (Path(out_dir) / name).mkdir(exist_ok=True)
-        fn(rank, path, ports[name], str(Path(out_dir) / name))
+        _job(name)(rank, path, rdv, str(Path(out_dir) / name))
 
 
 def run_every_job(path: str, out_dir: Path, timeout: float = 600) -> dict[str, tuple[dict, dict]]:
     """Every job in one spawn: ``{job: (rank 0's results, rank 1's)}``."""
     import torch
 
-    ports = {name: free_ports(_job(name)[1]) for name in JOBS}
-    run_two_ranks(_every_job, path, ports, str(out_dir), timeout=timeout)
+    rdv = SpawnRendezvous(2, mp.get_context("spawn"))
+    run_two_ranks(_every_job, path, rdv, str(out_dir), timeout=timeout)
     out: dict = {name: tuple(torch.load(out_dir / name / f"rank{r}.pt", weights_only=False)
                              for r in (0, 1)) for name in JOBS}
     out["sharded_dir"] = str(out_dir / "sharded")  # the checkpoint the job wrote stays there

@@ -105,11 +105,9 @@ def test_collective_broadcast_moves_every_bucket_into_the_engine(fresh_engine):
     assert weight_layout(ranks[1], bucket, "cpu", "float32") is None
     assert len(layout) > 3 and sum(len(b) for b in layout) == len(new)
 
-    import socket
+    from ragen2.cluster.rendezvous import open_store
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = open_store(ranks[0])  # learner rank 0's store, on a port the OS assigned
     errors: list[BaseException] = []
 
     def run(fn, *args):
@@ -163,15 +161,12 @@ def test_a_stuck_weight_group_times_out_naming_the_strategy_and_the_ranks():
     """An engine waits for a broadcast the learner never sends (a member died, or NCCL settings
     disagree): after sync.timeout_s it fails with an error naming the strategy, the backend,
     its rank in the group and who is who, instead of hanging for NCCL's 10 minutes."""
-    import socket
-
+    from ragen2.cluster.rendezvous import open_store
     from ragen2.sync import WeightSyncError
     from ragen2.sync.nccl import join_group, receive_stream
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     learner, engine = SimpleNamespace(), SimpleNamespace()
+    port = open_store(learner)
     roles = "rank 0 = learner rank 0, rank 1 = rollout worker 0"
     joins = [threading.Thread(target=join_group, args=(h, "127.0.0.1", port, 2, r, "gloo", 2.0,
                                                        roles))

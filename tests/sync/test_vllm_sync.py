@@ -9,7 +9,6 @@ One engine of each kind per module; the multiprocess one starts in ~30 s, so its
 
 from __future__ import annotations
 
-import socket
 import threading
 from types import SimpleNamespace
 
@@ -68,12 +67,6 @@ def moved(hf_engine):
     hf_engine.load_weights(base, version=0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _together(*calls) -> list:
     """Run each ``(fn, *args)`` in its own thread (the two ends of a collective); re-raise."""
     results, errors = [None] * len(calls), []
@@ -95,11 +88,12 @@ def _together(*calls) -> list:
 def nccl_push(engine, weights, version, world: int = 2) -> int:
     """The nccl strategy's learner and worker halves on gloo: one learner rank, one engine of
     ``world - 1`` processes (its TP workers)."""
+    from ragen2.cluster.rendezvous import open_store
     from ragen2.sync.nccl import join_group, join_worker, receive_weights, send_weights, weight_layout
 
     rank, worker = _Rank(0, weights), SimpleNamespace(engine=engine)
     layout = weight_layout(rank, BUCKET, "cpu", "float32")
-    port = _free_port()
+    port = open_store(rank)  # rank 0's store, on a port the OS assigned (no pick-then-bind)
     _together((join_group, rank, "127.0.0.1", port, world, 0, "gloo"),
               (join_worker, worker, "127.0.0.1", port, world, 1, "gloo"))
     sent, _ = _together((send_weights, rank, BUCKET, "cpu", "float32"),
