@@ -7,8 +7,9 @@ share this machine's cores, so nothing else may run beside them). Budgets are cu
 goal is 6 moves away), 16 held-out episodes before and after RL, one RL step per arm (a
 SmolLM2 step takes 5-7 minutes here). Per arm it records held-out success and format-error rate before and
 after, every step's training success, format errors, token entropy, first-turn MI with its
-permutation null and retrieval accuracy (when the replies hold ``<think>`` reasoning to score),
-and the step time split into generate / update / sync (+ probe) / monitor, with the machine
+permutation null and retrieval accuracy (when the replies hold ``<think>`` reasoning to score;
+with their sample and prompt counts, and no value below ``monitor.min_samples`` samples: the run's
+metrics are read by ``ragen2.analysis.rollouts.load_metrics``), and the step time split into generate / update / sync (+ probe) / monitor, with the machine
 description, in ``benchmarks/results/real_models.json``.
 
 The third arm asks whether a short behaviour-cloning *format* warm start (the envs' expert turns
@@ -64,13 +65,19 @@ ARMS: dict[str, list[str]] = {
 TIMING = ("generate_s", "update_s", "sync_s", "probe_s", "monitor_s", "step_s")
 PER_STEP = ("rollout/success", "rollout/format_error_rate", "actor/entropy", "actor/logprob_gap",
             "sync/probe_logprob_gap", "collapse/mi", "collapse/mi_null", "collapse/mi_bound",
-            "collapse/retrieval_acc@1", "collapse/retrieval_chance@1", "collapse/token_entropy",
+            "collapse/n_samples", "collapse/n_prompts", "collapse/retrieval_acc@1",
+            "collapse/retrieval_chance@1", "collapse/token_entropy",
             "collapse/reasoning_tokens_mean", "rollout/response_tokens_mean")
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The run's metrics rows in step order, an MI or retrieval value from fewer than the run's
+    ``monitor.min_samples`` samples absent (its counts kept)."""
+    from ragen2.analysis.rollouts import load_metrics
+
+    if not (run_dir / "metrics.jsonl").exists():
+        return []
+    return list(load_metrics(run_dir).values())
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

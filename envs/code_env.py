@@ -345,6 +345,17 @@ class CodeTextEnv(gym.Env):
             raise RuntimeError("demonstration() called after the episode ended")
         return self._task.approach, self._task.reference.strip("\n")
 
+    # ------------------------------------------------------------------ problem identity
+    def problem_key(self) -> str:
+        """The current task (after ``reset``) as ``code:<task name>``, e.g. ``code:clamp``."""
+        if self._task is None:
+            raise RuntimeError("problem_key() called before reset()")
+        return f"code:{self._task.name}"
+
+    def problem_keys(self) -> list[str]:
+        """The key of every task at this ``difficulty`` (each drawn with equal probability)."""
+        return [f"code:{t.name}" for t in self.tasks]
+
     # ------------------------------------------------------------------ read-only state
     @property
     def task(self) -> CodeTask | None:

@@ -224,6 +224,18 @@ class CountdownTextEnv(gym.Env):
     def render(self) -> str | None:
         return self._last_obs if self.render_mode == "ansi" and self.target is not None else None
 
+    # ------------------------------------------------------------------ problem identity
+    def problem_key(self) -> str:
+        """The current puzzle (after ``reset``) as ``countdown:<sorted numbers>-><target>``,
+        e.g. ``countdown:2,3,5->4`` (the order the numbers are shown in does not matter)."""
+        if self.target is None:
+            raise RuntimeError("problem_key() called before reset()")
+        return f"countdown:{','.join(map(str, sorted(self.numbers)))}->{self.target}"
+
+    def problem_keys(self) -> None:
+        """Not enumerated (the targets follow from random expressions): None."""
+        return None
+
     # ------------------------------------------------------------------ expert hook
     def demonstration(self) -> tuple[str, str]:
         """(reasoning, action): the generating expression's steps and the expression."""

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .checks import check_render_mode, is_bool, is_int, is_real
-from .grid import PERPENDICULAR, bfs_path, move, render_rows
+from .grid import PERPENDICULAR, PLAYER_SUBJECT, bfs_path, move, render_rows, share_right, stated_cells
 from .grid_env import GridTextEnv
 
 __all__ = ["FrozenLakeTextEnv"]
@@ -216,6 +216,37 @@ class FrozenLakeTextEnv(GridTextEnv):
             f"The shortest safe path starts {action}."
         )
         return reasoning, action
+
+    # ------------------------------------------------------------------ grounding hook
+    def ground(self, reasoning: str) -> float | None:
+        """Does ``reasoning`` state the true position? Checked against the current state, i.e.
+        before the action the reasoning leads to is applied.
+
+        Every statement of the player's cell (``I am at row R, column C``, as the demonstrations
+        write it; also ``I'm at``, ``you are at``, ``the player is at``, see
+        :func:`ragen2_envs.grid.stated_cells`) is one claim; the result is the share of claims
+        that name the player's cell (1.0 or 0.0 for the usual single statement), None when the
+        reasoning states no position. The goal's cell is not checked: on the default layout it
+        never moves, so a template states it right.
+        """
+        if self._player is None:
+            raise RuntimeError("ground() called before reset()")
+        return share_right([cell == self._player for cell in stated_cells(reasoning, PLAYER_SUBJECT)])
+
+    # ------------------------------------------------------------------ problem identity
+    def problem_key(self) -> str:
+        """The current map (after ``reset``) as ``frozenlake:`` and its rows joined by ``/``,
+        ``S`` the start, ``G`` the goal, ``O`` a hole, ``_`` ice (``frozenlake:S___/_O__/...``)."""
+        if self._holes is None or self._start is None or self._goal is None:
+            raise RuntimeError("problem_key() called before reset()")
+        rows = [["O" if h else "_" for h in row] for row in self._holes]
+        rows[self._start[0]][self._start[1]] = "S"
+        rows[self._goal[0]][self._goal[1]] = "G"
+        return "frozenlake:" + "/".join("".join(r) for r in rows)
+
+    def problem_keys(self) -> None:
+        """Not enumerated (maps are drawn with very unequal probabilities): None."""
+        return None
 
     # ------------------------------------------------------------------ read-only state
     @property

@@ -11,6 +11,7 @@ Pure functions on plain Python data, no gymnasium. Conventions:
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any, Callable, Sequence
 
@@ -136,6 +137,40 @@ def bfs_path(
         else:  # pragma: no cover - impossible if dist is a BFS distance map
             raise RuntimeError("inconsistent BFS distance map")
     return path
+
+
+# ---------------------------------------------------------------------- what a reasoning states
+#: one stated cell, 1-based as the observations write it: ``row 3, column 2`` (also ``row 3
+#: column 2``, ``row 3 and column 2``, ``row 3, col 2``); ``_CELL`` captures row and column
+_CELL = r"row\s+(\d+)\s*,?\s*(?:and\s+)?col(?:umn)?\s+(\d+)"
+_ONE_CELL = r"row\s+\d+\s*,?\s*(?:and\s+)?col(?:umn)?\s+\d+"
+_CELL_LIST = rf"{_ONE_CELL}(?:\s*(?:,\s*and|,|;|and)\s*{_ONE_CELL})*"
+_CELL_RE = re.compile(_CELL, re.IGNORECASE)
+
+#: a statement of the player's cell: ``I am at``, ``I'm at``, ``you are at`` (the observation's
+#: words), ``the player is at``; ``now`` or ``still`` may follow the verb
+PLAYER_SUBJECT = r"\b(?:i\s+am|i'm|you\s+are|the\s+player\s+is)\s+(?:now\s+|still\s+)?(?:at|on|in)\s+"
+#: a statement of box cells: ``box at``, ``the box is at``, ``boxes are at`` (with a list of cells:
+#: ``boxes at row 2, column 3 and row 4, column 4``); ``Boxes on targets: 1 of 2`` states no cell
+BOX_SUBJECT = r"\bbox(?:es)?\s+(?:is\s+|are\s+)?(?:at|on|in)\s+"
+
+
+def stated_cells(text: str, subject: str, many: bool = False) -> list[Pos]:
+    """Every cell ``text`` states for ``subject`` (a regex such as :data:`PLAYER_SUBJECT`), as
+    0-based ``(row, col)``, in order. A statement is ``subject`` followed by one cell
+    (``row R, column C``, case-insensitive) or, with ``many``, by a list of cells joined by
+    commas, semicolons or ``and``. A cell off the board is returned as stated (it is wrong)."""
+    if not isinstance(text, str):
+        raise TypeError(f"the reasoning must be a str, got {type(text).__name__}")
+    out: list[Pos] = []
+    for m in re.finditer(f"{subject}({_CELL_LIST if many else _ONE_CELL})", text, re.IGNORECASE):
+        out += [(int(r) - 1, int(c) - 1) for r, c in _CELL_RE.findall(m.group(1))]
+    return out
+
+
+def share_right(claims: Sequence[bool]) -> float | None:
+    """The share of ``claims`` that are right; None when there is none (nothing checkable)."""
+    return sum(map(bool, claims)) / len(claims) if claims else None
 
 
 def render_rows(rows: Sequence[Sequence[str]]) -> str:

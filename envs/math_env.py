@@ -189,6 +189,16 @@ def load_dataset(path: str | os.PathLike) -> list[tuple[str, str, str]]:
     return problems
 
 
+def _sum_text(a: int, op: str, b: int) -> str:
+    """A difficulty-1 problem: ``What is a + b?``."""
+    return f"What is {a} {op} {b}?"
+
+
+def _product_text(a: int, b: int, c: int, op: str, product_first: bool) -> str:
+    """A difficulty-2 problem: ``What is a * b + c?`` or ``What is a + b * c?``."""
+    return f"What is {a} * {b} {op} {c}?" if product_first else f"What is {a} {op} {b} * {c}?"
+
+
 _NAMES = ("Ana", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonah")
 
 
@@ -285,7 +295,7 @@ class MathTextEnv(gym.Env):
             a, b = self._rand(1, self.max_operand), self._rand(1, self.max_operand)
             op = "+" if self._rand(0, 1) == 0 else "-"
             ans = a + b if op == "+" else a - b
-            return f"What is {a} {op} {b}?", f"{a} {op} {b} = {ans}.", str(ans)
+            return _sum_text(a, op, b), f"{a} {op} {b} = {ans}.", str(ans)
         if self.difficulty == 2:
             a, b, c = self._rand(2, 20), self._rand(2, 20), self._rand(2, 20)
             op = "+" if self._rand(0, 1) == 0 else "-"
@@ -293,11 +303,11 @@ class MathTextEnv(gym.Env):
                 ab = a * b
                 ans = ab + c if op == "+" else ab - c
                 reasoning = f"{a} * {b} = {ab}. {ab} {op} {c} = {ans}."
-                return f"What is {a} * {b} {op} {c}?", reasoning, str(ans)
+                return _product_text(a, b, c, op, True), reasoning, str(ans)
             bc = b * c  # a op b * c
             ans = a + bc if op == "+" else a - bc
             reasoning = f"{b} * {c} = {bc}. {a} {op} {bc} = {ans}."
-            return f"What is {a} {op} {b} * {c}?", reasoning, str(ans)
+            return _product_text(a, b, c, op, False), reasoning, str(ans)
         return self._word_problem()
 
     def _word_problem(self) -> tuple[str, str, str]:
@@ -426,6 +436,32 @@ class MathTextEnv(gym.Env):
             raise RuntimeError("demonstration() called after the episode ended")
         reasoning = self._reasoning or f"The answer is {self._answer_text}."
         return reasoning, self._answer_text
+
+    # ------------------------------------------------------------------ problem identity
+    def problem_key(self) -> str:
+        """The current problem (after ``reset``) as ``math:<problem text>``, e.g.
+        ``math:What is 3 + 4?``: the operands and operators, or the dataset question. The same
+        problem has the same key under any kwargs (a trainer can hold it out of training)."""
+        if self._problem is None:
+            raise RuntimeError("problem_key() called before reset()")
+        return f"math:{self._problem}"
+
+    def problem_keys(self) -> list[str] | None:
+        """Every problem key ``reset`` can produce under these kwargs, each once (the dataset's
+        questions; difficulty 1: ``2 * max_operand**2`` sums and differences; difficulty 2:
+        ``19**3 * 4`` expressions), or None at difficulty 3 (not enumerated). Each key is drawn
+        with equal probability (dataset: up to repeated questions)."""
+        if self._dataset is not None:
+            return sorted({f"math:{q}" for q, _, _ in self._dataset})
+        ops = ("+", "-")
+        if self.difficulty == 1:
+            r = range(1, self.max_operand + 1)
+            return [f"math:{_sum_text(a, op, b)}" for a in r for b in r for op in ops]
+        if self.difficulty == 2:
+            r = range(2, 21)
+            return [f"math:{_product_text(a, b, c, op, first)}"
+                    for a in r for b in r for c in r for op in ops for first in (True, False)]
+        return None
 
     # ------------------------------------------------------------------ read-only state
     @property

@@ -37,7 +37,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .checks import check_render_mode, is_int
-from .grid import ACTION_NAMES, DIRECTIONS, Pos, neighbor, render_rows
+from .grid import (ACTION_NAMES, BOX_SUBJECT, DIRECTIONS, PLAYER_SUBJECT, Pos, neighbor, render_rows,
+                   share_right, stated_cells)
 from .grid_env import GridTextEnv
 
 __all__ = ["SokobanTextEnv", "solve_sokoban"]
@@ -156,6 +157,7 @@ class SokobanTextEnv(GridTextEnv):
         self._walls: np.ndarray | None = None  # bool (rows, cols)
         self._targets: frozenset[Pos] = frozenset()
         self._boxes: set[Pos] = set()
+        self._problem_key: str | None = None
 
     # ------------------------------------------------------------------ text
     def _board_text(self) -> str:
@@ -273,6 +275,7 @@ class SokobanTextEnv(GridTextEnv):
         else:
             level = self._generate_level()
         self._walls, self._targets, self._boxes, self._player = level
+        self._problem_key = "sokoban:" + self._board_text().replace(" ", "").replace("\n", "/")
 
     def _advance(self, name: str | None) -> tuple[float, None]:
         reward = STEP_REWARD
@@ -326,6 +329,37 @@ class SokobanTextEnv(GridTextEnv):
             return f"{where} The plan starts {plan[0]}.", plan[0]
         # a dead state (a box pushed into a corner, say): no plan exists; any move will do
         return f"{where} No plan is left from here.", ACTION_NAMES[0]
+
+    # ------------------------------------------------------------------ grounding hook
+    def ground(self, reasoning: str) -> float | None:
+        """Does ``reasoning`` state the true positions of the player and the boxes? Checked
+        against the current state, i.e. before the action the reasoning leads to is applied.
+
+        One claim per statement of the player's cell (``I am at row R, column C``; also ``I'm
+        at``, ``you are at``, ``the player is at``), right when it names the player's cell; one
+        claim per box cell stated (``box at row R, column C``, ``boxes are at row R, column C and
+        row R2, column C2``, see :func:`ragen2_envs.grid.stated_cells`), right when a box stands
+        there. The result is the share of right claims (player right and one of two stated boxes
+        wrong: 2/3), None when the reasoning states no cell. ``Boxes on targets: k of n`` is not
+        checked: a template that repeats ``0 of n`` is right until the first push.
+        """
+        if self._player is None:
+            raise RuntimeError("ground() called before reset()")
+        claims = [cell == self._player for cell in stated_cells(reasoning, PLAYER_SUBJECT)]
+        claims += [cell in self._boxes for cell in stated_cells(reasoning, BOX_SUBJECT, many=True)]
+        return share_right(claims)
+
+    # ------------------------------------------------------------------ problem identity
+    def problem_key(self) -> str:
+        """The current level (after ``reset``) as ``sokoban:`` and its initial board, rows
+        joined by ``/`` (the same key for the whole episode, whatever was pushed since)."""
+        if self._problem_key is None:
+            raise RuntimeError("problem_key() called before reset()")
+        return self._problem_key
+
+    def problem_keys(self) -> None:
+        """Not enumerated (levels come from random reverse play): None."""
+        return None
 
     # ------------------------------------------------------------------ read-only state
     @property

@@ -100,6 +100,9 @@ class EnvConfig:
     mix: dict[str, Any] = field(default_factory=dict)
     # held-out evaluation envs, same form as mix (empty = the training envs)
     eval: dict[str, Any] = field(default_factory=dict)
+    # share of each env's problems (by a hash of its problem_key()) held out of training for
+    # evaluation and the probe panel, in (0, 1); envs without problem_key() are not split
+    heldout_fraction: float = 0.2
 
     def entries(self, section: str) -> dict[str, EnvEntryConfig]:
         """The typed entries of ``mix`` or ``eval`` (raises :class:`ConfigError` on a bad one)."""
@@ -121,6 +124,10 @@ class EnvConfig:
                    f"a Gymnasium env id (or set {p}.mix)")
         self.entries("mix")
         self.entries("eval")
+        _check(_number(self.heldout_fraction) and 0 < self.heldout_fraction < 1,
+               f"{p}.heldout_fraction", self.heldout_fraction,
+               "a number in (0, 1) (0 and 1 excluded): the share of each env's problems held out "
+               "of training for evaluation")
 
 
 @dataclass
@@ -368,6 +375,10 @@ class MonitorConfig:
     max_negatives: int = 0  # prompts scored per sample besides its own; 0 = all of them
     permutations: int = 20  # permutation-null draws
     ema: float = 0.9  # EMA decay of collapse/mi_z
+    # the minimum sample of every MI and retrieval value (batch, later turns, panels, action MI):
+    # a measurement with fewer parsable reasoning samples logs its counts (<scope>/n_samples,
+    # n_prompts) and no value (ragen2.collapse.withhold: why 16)
+    min_samples: int = 16
     # later turns (collapse/turns/*): one turn per trajectory, scored under its own conversation
     # and this many others (0 = all of them; null = off)
     turn_negatives: Optional[int] = 7
@@ -411,6 +422,9 @@ class MonitorConfig:
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = off / all)")
         _positive(self, p, "permutations", "grad_snr_buckets", "alert_patience", "max_rollbacks",
                   "score_tokens")
+        _check(self.min_samples >= 2, f"{p}.min_samples", self.min_samples,
+               "must be >= 2 (parsable reasoning samples an MI or retrieval value needs; an MI "
+               "needs at least 2 prompts, so 2 samples)")
         _check(0 <= self.ema < 1, f"{p}.ema", self.ema, "must be in [0, 1)")
         _check(self.panel_size == 0 or self.panel_size >= 2, f"{p}.panel_size", self.panel_size,
                "0 (off) or >= 2 prompts")
@@ -475,7 +489,9 @@ class TrainerConfig:
     save_every: int = 10  # 0 = only at the end
     resume: bool = False  # continue from the run directory's latest checkpoint
     eval_every: int = 20  # 0 = only before and after RL
-    eval_episodes: int = 128  # held-out episodes per evaluation (seeds >= 2**31)
+    # held-out episodes per evaluation: problems never trained on (env.heldout_fraction),
+    # distinct ones where the env enumerates its problems
+    eval_episodes: int = 128
     max_skipped_steps: int = 5  # steps in a row where the filter kept nothing, then stop
     max_nonfinite_steps: int = 3  # consecutive updates skipped for a NaN/inf loss or gradient
     keep_checkpoints: int = 2  # newest checkpoints kept

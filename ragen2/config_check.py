@@ -199,6 +199,12 @@ def check_cross_section(cfg: Config) -> None:
         _check(cfg.trainer.eval_every > 0, "monitor.on_collapse", m.on_collapse,
                "rollback or stop need periodic held-out evaluations (trainer.eval_every > 0): "
                "the alert waits for one to show that success stalled")
+        panel = m.panel_size * m.panel_samples
+        _check(m.min_samples <= panel, "monitor.min_samples", m.min_samples,
+               f"at most monitor.panel_size x monitor.panel_samples = {panel} with "
+               f"monitor.on_collapse={m.on_collapse}: a panel measurement with fewer samples "
+               "reports no MI, which the alert counts as collapsed, so it would fire on every "
+               "measurement; lower monitor.min_samples or enlarge the panel")
     if m.alert_instrument == "later_turns":
         _check(cfg.rollout.max_turns > m.panel_prefix_turns, "monitor.alert_instrument",
                m.alert_instrument, f"later_turns measures turn {m.panel_prefix_turns + 1}, "

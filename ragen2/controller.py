@@ -13,6 +13,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import asdict, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -35,6 +36,7 @@ from ragen2.rollout.pool import PendingGather, WorkerPool, WorkerRestartError
 from ragen2.rollout.runner import EpisodeSpec
 from ragen2.rollout.schedule import (RolloutQueue, Rollouts, StaleRolloutsError, launch_steps,
                                      overlap_seconds, staleness_metrics)
+from ragen2.rollout.split import HELDOUT, TRAIN, ProblemSplit
 from ragen2.rollout.trajectory import Trajectory, collate
 from ragen2.run_state import (CollapseCheck, Evaluation, Health, PanelVerdict, RunState,
                               StepResult, UpdateOutcome)
@@ -190,7 +192,8 @@ class Controller:
 
             m = cfg.monitor
             self.monitor = MIMonitor(m.every, m.max_negatives, m.permutations, m.ema, cfg.seed,
-                                     m.turn_negatives, m.turn_uniform, action_mi=m.action_mi)
+                                     m.turn_negatives, m.turn_uniform, action_mi=m.action_mi,
+                                     min_samples=m.min_samples)
         self.panel = self._make_panel() if cfg.monitor.name == "mi" and cfg.monitor.panel_size else None
         self.turn_panel = self._make_turn_panel()
         from ragen2.collapse.alert import CollapseAlert
@@ -261,12 +264,21 @@ class Controller:
         if self.probe is not None:
             run_probe(self.learners, [worker], self.probe, self.probe_policy, self.version)
 
+    @cached_property
+    def split(self) -> ProblemSplit:
+        """Which problems are trained on and which held out (:mod:`ragen2.rollout.split`)."""
+        from ragen2.rollout.envs import all_entries
+
+        return ProblemSplit(all_entries(self.cfg.env), self.cfg.env.heldout_fraction)
+
     def episode_specs(self, entries: list[EnvEntry], groups: int, group_size: int,
                       seed_of: Any, temperature_of: Any = None) -> list[EpisodeSpec]:
-        """``groups`` groups split between ``entries`` by share; group g uses seed ``seed_of(g)``."""
+        """``groups`` groups split between ``entries`` by share; group g uses seed ``seed_of(g)``
+        resolved into the training part of its env's problem split."""
         names = assign(groups, entries)
         temp = temperature_of or (lambda g: 1.0)
-        return [EpisodeSpec(seed_of(g), g, names[g], temp(g))
+        seeds = [self.split.resolve(names[g], seed_of(g), TRAIN) for g in range(groups)]
+        return [EpisodeSpec(seeds[g], g, names[g], temp(g))
                 for g in range(groups) for _ in range(group_size)]
 
     def _plan(self, step: int) -> tuple[list[EpisodeSpec], list[int], dict[int, int] | None]:
@@ -353,12 +365,12 @@ class Controller:
                 "async/queued": float(len(self.queue))}
 
     def evaluate(self, step: int) -> Evaluation:
-        """Held-out success and ``eval/*``; a few episodes are written to
+        """Held-out success and ``eval/*`` over ``trainer.eval_episodes`` episodes on held-out
+        problems (:meth:`ragen2.rollout.split.ProblemSplit.eval_specs`); a few are written to
         ``samples/eval_step_XXXXXX.jsonl`` and every episode's outcome to
         ``evaluations/step_XXXXXX.jsonl`` (:func:`ragen2.rollout.archive.save_outcomes`)."""
         t0 = time.perf_counter()
-        specs = self.episode_specs(self.eval_envs, self.cfg.trainer.eval_episodes, 1,
-                                   seeding.eval_seed)
+        specs = self.split.eval_specs(self.eval_envs, self.cfg.trainer.eval_episodes)
         n = len(self.workers)
         trajs, _ = self._gather("rollout", specs, [seeding.eval_sampling_seed(i) for i in range(n)],
                                 [self.version] * n, [True] * n)
@@ -444,7 +456,8 @@ class Controller:
             return _as_text(envs[name].reset(seed=seed)[0])
 
         counts = allocate(m.panel_size, [e.share for e in self.train_envs])
-        prompts = choose_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], observe)
+        prompts = choose_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], observe,
+                               seed_of=self._panel_seed)
         for env in envs.values():
             env.close()
         if len(prompts) < 2:
@@ -452,7 +465,11 @@ class Controller:
                         len(prompts))
             return None
         return ProbePanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
-                          self.cfg.seed, m.action_mi)
+                          self.cfg.seed, m.action_mi, min_samples=m.min_samples)
+
+    def _panel_seed(self, name: str, index: int) -> int:
+        """Panel seed ``index`` of env ``name``, resolved into its held-out problems."""
+        return self.split.resolve(name, seeding.panel_seed(index), HELDOUT)
 
     def _make_turn_panel(self) -> Any:
         """The later-turn panel (fixed mid-episode states, :mod:`ragen2.collapse.panel_turns`),
@@ -472,7 +489,8 @@ class Controller:
             return script_opening(envs[name], seed, k, m.panel_prefix_random)
 
         counts = allocate(m.panel_size, [e.share for e in self.train_envs])
-        prompts = choose_turn_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], play)
+        prompts = choose_turn_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], play,
+                                    seed_of=self._panel_seed)
         for env in envs.values():
             env.close()
         if len(prompts) < 2:
@@ -480,7 +498,7 @@ class Controller:
                      "after %d scripted turns", len(prompts), k)
             return None
         return TurnPanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
-                         self.cfg.seed)
+                         self.cfg.seed, min_samples=m.min_samples)
 
     def panel_due(self, step: int) -> bool:
         every = self.cfg.monitor.every
@@ -593,7 +611,9 @@ class Controller:
         c = self.cfg
         envs = ([c.env.id, c.env.kwargs] if not c.env.mix else
                 [[e.name, e.id, e.kwargs, e.share, e.format_penalty] for e in self.train_envs])
+        # the split decides which problems the demonstrations may show
         payload = {"v": 1, "model": self.model_path, "env": envs,
+                   "heldout_fraction": c.env.heldout_fraction,
                    "warm_start": {k: v for k, v in asdict(c.trainer.warm_start).items() if k != "cache"},
                    "rollout": [c.rollout.max_turns, c.rollout.format_penalty, c.rollout.max_context_tokens],
                    "engine": [c.engine.max_new_tokens, list(c.engine.stop)],
@@ -694,6 +714,12 @@ class Controller:
         metrics["rollout/worker_restarts"] = stats["worker_restarts"]
         self.health.train_success = (self.health.train_success + [success_rate(trajs)])[-5:]
         trajs = [t for t in trajs if t.env_error is None]  # counted above, never trained on
+        if self.cfg.monitor.name == "mi":  # every step: the envs' ground hooks cost nothing
+            from ragen2.collapse.grounding import batch_grounding
+
+            mon = self.cfg.monitor
+            metrics.update(batch_grounding(trajs, step, min_samples=mon.min_samples,
+                                           resamples=mon.panel_bootstrap, seed=self.cfg.seed))
         if self.monitor is not None and self.monitor.due(step):  # on the unfiltered batch
             t1 = time.perf_counter()
             collapse = self.monitor.measure(trajs, self.learners.score, step)

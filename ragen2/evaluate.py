@@ -1,8 +1,9 @@
 """``ragen2 eval``: held-out success of a checkpoint or a model, without training.
 
 The protocol is the trainer's own evaluation (:meth:`ragen2.controller.Controller.evaluate`):
-``trainer.eval_episodes`` episodes on the held-out seeds (``seeding.eval_seed``, never trained on)
-of ``env.eval`` (or the training envs), sampled at ``engine.eval_temperature`` with the fixed
+``trainer.eval_episodes`` episodes on held-out problems (:mod:`ragen2.rollout.split`: never trained
+on; distinct problems where the env enumerates its space) of ``env.eval`` (or the training envs),
+sampled at ``engine.eval_temperature`` with the fixed
 evaluation sampling seed, by one rollout worker in this process (no Ray, no learner). A checkpoint
 is first exported to a model folder (:mod:`ragen2.export`) and evaluated under its run's config;
 a model is evaluated under the config the overrides compose (``model=smollm2``,
@@ -31,15 +32,17 @@ def evaluate_model(cfg, model_path: str, out: str | Path) -> dict[str, float]:  
     from ragen2 import seeding
     from ragen2.controller import _spread, check_env_errors, rollout_metrics
     from ragen2.rollout.archive import save_outcomes
-    from ragen2.rollout.envs import assign, eval_entries
-    from ragen2.rollout.runner import EpisodeSpec
+    from ragen2.rollout.envs import eval_entries
+    from ragen2.rollout.split import ProblemSplit, check_split
     from ragen2.rollout.worker import RolloutWorker
 
     t0 = time.perf_counter()
+    check_split(cfg.env, cfg.trainer.eval_episodes)
     entries = eval_entries(cfg.env)
     n = cfg.trainer.eval_episodes
-    names = assign(n, entries)
-    specs = [EpisodeSpec(seeding.eval_seed(i), i, names[i]) for i in range(n)]
+    split = ProblemSplit(entries, cfg.env.heldout_fraction)
+    specs = split.eval_specs(entries, n)
+    split.close()
     worker = RolloutWorker(cfg, model_path, 0)
     trajs, _ = worker.rollout(specs, seeding.eval_sampling_seed(0),
                               worker.engine.policy_version, evaluation=True)
@@ -59,7 +62,7 @@ def evaluate_model(cfg, model_path: str, out: str | Path) -> dict[str, float]:  
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG, description="Evaluate a checkpoint or a model on held-out env seeds, without "
+        prog=PROG, description="Evaluate a checkpoint or a model on held-out problems, without "
         "training (the trainer's own evaluation protocol).",
         epilog="examples: ragen2 eval --checkpoint outputs/DATE/TIME  |  ragen2 eval model=hf "
                "model.path=/models/Qwen2.5-0.5B-Instruct env=sokoban trainer.eval_episodes=64")

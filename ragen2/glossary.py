@@ -67,8 +67,11 @@ MI = {
     "h_cond_lo": "panel: lower end of the 95% bootstrap interval of h_cond",
     "h_cond_hi": "panel: upper end of that interval",
     "healthy": "panel: 1 when mi_lo > mi_floor (the reasoning reads the input)",
-    "n_prompts": "prompts (inputs) in the measurement",
-    "n_samples": "reasoning samples scored",
+    "n_prompts": "prompts (inputs) each sample is scored under: the prompts with reasoning, or "
+                 "the own one plus the sampled negatives",
+    "n_samples": "parsable reasoning samples of the measurement, always logged; below "
+                 "monitor.min_samples (or 2 prompts) the scope logs its counts and no value: "
+                 "no MI, retrieval, h_cond, mi_z, floor or bound",
     "retrieval_acc@<k>": "share of samples whose own prompt ranks in the top k under log p(z | x)",
     "retrieval_chance@<k>": "what retrieval_acc@<k> is by chance (identical prompts count as one)",
     "retrieval_acc@1_lo": "panel: lower end of the 95% bootstrap interval of retrieval_acc@1",
@@ -91,10 +94,24 @@ ACTION_MI = {
     "h_marginal": "H(A | X) in nats",
     "retrieval_acc@1": "share of answers whose own reasoning scores them best",
     "retrieval_chance@1": "what retrieval_acc@1 is by chance",
-    "n_samples": "answers scored",
-    "n_groups": "groups (of one prompt) scored",
+    "n_samples": "answers in groups of 2+, always logged; below monitor.min_samples the scope "
+                 "logs its counts and no value",
+    "n_groups": "groups (of one prompt) with 2+ answers",
     "n_excluded": "samples left out (env errors, a sample alone in its group)",
     "answer_tokens_mean": "tokens per scored answer",
+}
+
+GROUNDING = {
+    "frac": "mean over the checkable reasonings of the share of their claims about the state "
+            "that are true (the env's ground hook, checked before the turn's action)",
+    "frac_lo": "lower end of the 95% percentile bootstrap interval of frac, over prompts (a "
+               "batch's prompt: its group)",
+    "frac_hi": "upper end of that interval",
+    "n_samples": "checkable reasonings (the env's ground hook returned a number), always logged; "
+                 "below monitor.min_samples (or 2 prompts) the scope logs its counts and no frac",
+    "n_prompts": "prompts of those reasonings (the interval's unit)",
+    "checkable_frac": "share of the scope's turns whose reasoning stated something the env could "
+                      "check (a turn without reasoning counts as not checkable)",
 }
 
 FAMILIES: tuple[Family, ...] = (
@@ -136,6 +153,14 @@ FAMILIES: tuple[Family, ...] = (
     Family("Action MI", "Does the answer follow the reasoning? On the first turn of the batch "
            "(`collapse/action/`) and of the panel (`collapse/panel/action/`).",
            ("collapse/action/", "collapse/panel/action/"), ACTION_MI),
+    Family("Grounding", "Does the reasoning state the true state? Logged where the env has "
+           "the optional ground(reasoning) hook (FrozenLake: the position; Sokoban: the player "
+           "and the boxes stated; docs/reference/environments.md): `collapse/grounding/` the "
+           "first turn of every step's unfiltered batch, `collapse/turns/grounding/` its later "
+           "turns (all of them), `collapse/panel/grounding/` the first-turn probe panel, "
+           "`collapse/panel/turns/grounding/` the later-turn panel.",
+           ("collapse/grounding/", "collapse/turns/grounding/", "collapse/panel/grounding/",
+            "collapse/panel/turns/grounding/"), GROUNDING),
     Family("Collapse control", "The alert, the rollback and the diagnosis.", ("collapse/",), {
         "alert": "1 when the panel's MI stayed at its floor while held-out success stalled",
         "rollback": "1 at a step that rolled back to the newest healthy checkpoint",

@@ -1,9 +1,12 @@
 """Every random stream of a run is a pure function of (run seed, purpose, position).
 
 Resume therefore needs no hidden generator state: step s of seed k always sees the same env
-seeds and sampling seeds. Training env seeds lie in [0, 2**31); held-out evaluation seeds lie in
-[2**31, 2**31 + n) and the MI monitor's fixed probe panel in [2**31 + 2**30, ...), so neither can
-ever be trained on, and the two held-out sets never meet.
+seeds and sampling seeds. Training env seeds lie in [0, 2**31); held-out evaluation seeds start at
+2**31 and the MI monitor's fixed probe panel's at 2**31 + 2**30. Disjoint seeds are not disjoint
+problems (an env generates its problem from the seed): for an env with ``problem_key()`` each
+drawn seed is resolved into the training or the held-out part of its problem space
+(:mod:`ragen2.rollout.split`, retries from :func:`split_seed`), so no held-out problem is ever
+trained on; evaluation and the panel both draw from the held-out part.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ PANEL_SEED_BASE = 2**31 + 2**30
 
 _GROUP, _DEMO, _SAMPLE, _EVAL_SAMPLE, _POOL, _TURN, _REQUEST = 1, 2, 3, 4, 6, 7, 8  # 5: prompt_rng
 _PANEL_SAMPLE, _PANEL_BOOT, _PANEL_TURN_SAMPLE, _PANEL_PREFIX = 9, 10, 11, 12
+_SPLIT = 13
 REQUEST_SEED_LIMIT = 2**63  # engines take 64-bit seeds: collisions among a step's requests ~1e-13
 
 
@@ -47,6 +51,14 @@ def eval_seed(index: int) -> int:
 def panel_seed(index: int) -> int:
     """Env seed ``index`` of the MI monitor's probe panel (the same for every run and step)."""
     return PANEL_SEED_BASE + index
+
+
+def split_seed(seed: int, attempt: int, heldout: bool) -> int:
+    """Retry ``attempt`` (1, 2, ...) of env seed ``seed`` when its problem lies in the other part
+    of the problem split (:mod:`ragen2.rollout.split`): a training seed's retries stay in
+    [0, 2**31), a held-out seed's in [2**31, 2**32)."""
+    s = _draw(seed, _SPLIT, attempt)
+    return EVAL_SEED_BASE + s if heldout else s
 
 
 def panel_sampling_seed(seed: int, step: int, worker: int) -> int:

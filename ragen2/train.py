@@ -120,6 +120,7 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
     """Validate the run dir, env and model, then run training in ``run_dir`` (usable without Hydra)."""
     from ragen2.controller import run
     from ragen2.rollout.envs import all_entries, probe_env
+    from ragen2.rollout.split import check_split
     from ragen2.runlog import run_log
 
     from ragen2.cluster import (check_hardware, check_hardware_on_cluster, cluster_nodes,
@@ -130,6 +131,7 @@ def train(cfg: Config, run_dir: str | Path) -> dict:
     with run_log(run_dir):  # RUN_DIR/train.log and the console, as Hydra's job logging does
         for entry in all_entries(cfg.env):  # fail fast on a bad id, kwargs or observation type
             probe_env(entry)
+        check_split(cfg.env, cfg.trainer.eval_episodes)  # both parts of each env's problems usable
         if cfg.cluster.address is None:
             check_hardware(cfg)  # a local Ray: every actor runs on this machine
         model_path = resolve_model_path(cfg)

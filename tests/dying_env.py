@@ -22,6 +22,10 @@ def marker_path(seed: int) -> str:
 
 
 class DyingFrozenLake(FrozenLakeTextEnv):
+    # not split by problem: the trainer's scratch env would reset the fatal seed in the driver,
+    # and the test names the seed its worker runs (ragen2.rollout.split)
+    problem_key = None
+
     def __init__(self, die_on_seed: int = -1, **kwargs) -> None:
         super().__init__(**kwargs)
         self.die_on_seed = die_on_seed

@@ -110,12 +110,14 @@ def test_examples_show_the_most_and_least_collapsed_later_turn_reasoning(study, 
 
 
 def test_tables_give_median_and_range_and_say_where_an_instrument_stopped(study, tmp_path):
-    def run(success_end, mi_end):
+    def run(success_end, mi_end, n_end=None):
         m = {0: {"eval/success": 0.1, "collapse/panel/turns/mi": 1.6},
              1: {"filter/kept_ratio": 0.5}, 2: {"filter/kept_ratio": 1.0},
              5: {"collapse/panel/turns/mi": 1.0}, 40: {"eval/success": success_end}}
         if mi_end is not None:
             m[40]["collapse/panel/turns/mi"] = mi_end
+        if n_end is not None:  # a measurement withheld for too few samples: its count, no value
+            m[40]["collapse/panel/turns/n_samples"] = n_end
         return m
     metrics = {("none", 0): run(0.5, 1.2), ("none", 1): run(0.3, 1.4), ("none", 2): run(0.4, None)}
     result = {"settings": {"steps": 40},
@@ -129,8 +131,16 @@ def test_tables_give_median_and_range_and_say_where_an_instrument_stopped(study,
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "3"
     assert cells[2] == "0.10 [0.10, 0.10] -> 0.40 [0.30, 0.50]"  # held-out success
-    assert cells[3] == "1.60 [1.60, 1.60] -> 1.30 [1.20, 1.40] (1 none at step 40: last at 5)"
-    assert cells[7] == "0.75 [0.75, 0.75]"  # kept ratio: the mean over RL steps
-    assert cells[8] == "200 [100, 300]"
+    assert cells[3] == ("1.60 [1.60, 1.60] -> 1.30 [1.20, 1.40] (1 none at step 40: nothing "
+                        "logged; last at 5)")
+    assert cells[5] == cells[6] == "not logged"  # grounding: no run logged it
+    assert cells[9] == "0.75 [0.75, 0.75]"  # kept ratio: the mean over RL steps
+    assert cells[10] == "200 [100, 300]"
     assert r"| H: rho \| bars | -0.500 [-1.000, -0.100] | 3 | supported | 1 |" in (
         tmp_path / "tables.md").read_text()
+    # a value withheld under monitor.min_samples: "none", with its sample count and the minimum
+    metrics[("none", 2)] = run(0.4, None, n_end=3.0)
+    study.write_tables(tmp_path, result, metrics, {("none", 2): 16})
+    text = (tmp_path / "tables.md").read_text()
+    assert "1.30 [1.20, 1.40] (1 none at step 40: n = 3 < 16; last at 5)" in text
+    assert "fewer than monitor.min_samples = 16 parsable reasoning samples is withheld" in text

@@ -7,6 +7,8 @@ import json
 
 from ragen2.evaluate import evaluate_model, main
 from ragen2.rollout.archive import load_outcomes
+from ragen2.rollout.envs import eval_entries
+from ragen2.rollout.split import ProblemSplit
 from ragen2.seeding import eval_seed
 from ragen2.glossary import describe
 from ragen2.train import load_config
@@ -26,7 +28,11 @@ def test_a_model_is_evaluated_on_held_out_seeds(tiny_model_path, tmp_path, capsy
     assert len((tmp_path / "a" / "samples.jsonl").read_text().splitlines()) == 2
     # every episode's outcome, keyed by its held-out seed, agrees with the success rate
     outcomes = load_outcomes(tmp_path / "a" / "outcomes.jsonl")
-    assert len(outcomes) == 4 and {seed for _, seed in outcomes} == {eval_seed(i) for i in range(4)}
+    cfg = load_config([*model, *OVERRIDES])
+    entries = eval_entries(cfg.env)
+    held_out = ProblemSplit(entries, cfg.env.heldout_fraction).eval_specs(entries, 4)
+    assert len(outcomes) == 4 and {seed for _, seed in outcomes} == {s.env_seed for s in held_out}
+    assert min(seed for _, seed in outcomes) >= eval_seed(0)  # held-out seeds, resolved
     assert sum(outcomes.values()) / 4 == saved["eval/success"]
     # the evaluation's sampling seed is fixed: the same model scores the same episodes again
     again = evaluate_model(load_config([*model, *OVERRIDES]), tiny_model_path, tmp_path / "b")

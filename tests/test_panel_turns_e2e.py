@@ -23,7 +23,8 @@ def test_later_turn_panel_measures_fixed_mid_episode_states(ray_session, tiny_mo
     run = tmp_path / "run"
     cfg = load_config(small(tiny_model_path, ONE_RANK, "engine=hf", "trainer.total_steps=1",
                             "monitor.every=1", "monitor.panel_size=6", "monitor.panel_samples=2",
-                            "monitor.panel_bootstrap=20", "monitor.panel_permutations=20"))
+                            "monitor.panel_bootstrap=20", "monitor.panel_permutations=20",
+                            "monitor.min_samples=4"))  # 6 x 2 = 12 samples: under the default
     train(cfg, run)
     assert "collapse alert and diagnosis read the later turns MI" in (run / "train.log").read_text()
     r = rows(run)
@@ -31,10 +32,12 @@ def test_later_turn_panel_measures_fixed_mid_episode_states(ray_session, tiny_mo
         assert r[step]["collapse/panel/turns/turn"] == 2.0  # 2 scripted turns, then the policy's
         assert "collapse/panel/n_prompts" in r[step]  # the first-turn panel is kept as it was
         assert r[step]["timing/panel_turns_s"] > 0
-        if r[step]["collapse/panel/turns/n_prompts"] >= 2:
-            n = r[step]["collapse/panel/turns/n_prompts"]
-            assert r[step]["collapse/panel/turns/mi_bound"] == pytest.approx(math.log(n))
-            assert "collapse/panel/turns/mi_floor" in r[step]
+        p, n = "collapse/panel/turns/", r[step]["collapse/panel/turns/n_prompts"]
+        if n >= 2 and r[step][p + "n_samples"] >= 4:  # monitor.min_samples
+            assert r[step][p + "mi_bound"] == pytest.approx(math.log(n))
+            assert p + "mi_floor" in r[step]
+        else:  # too few samples: the counts, no value
+            assert p + "mi" not in r[step] and p + "mi_floor" not in r[step]
     records = [json.loads(line) for line in
                (run / "panel" / "turns" / "step_000000.jsonl").read_text().splitlines()]
     assert len(records) == 6 and all(len(rec["opening"]) == 2 for rec in records)

@@ -28,6 +28,8 @@ def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_p
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "ragen2.train", "-m", "filter=top_p", "filter.value=0.5,0.9",
            "monitor.every=1", "monitor.panel_size=0",
+           # 4 x 2 = 8 samples a batch, under the default minimum of an MI value (16)
+           "monitor.min_samples=2",
            "trainer.total_steps=2", "rollout.env_groups=4",
            "filter.include_zero=true", "rollout.group_size=2", *WARM, "trainer.eval_episodes=8",
            "trainer.eval_every=0", "model=hf", f"model.path={tiny_model_path}", "recipe=tiny",
@@ -58,6 +60,7 @@ def test_multirun_over_filter_values_and_the_sweep_report(tmp_path, tiny_model_p
 def test_tiered_filtering_resumes_exactly(ray_session, tiny_model_path, tmp_path):
     """Own run: tiered filtering's state across a finished run extended by a resume."""
     extra = ["filter=tiered", "filter.tiered.pool_size=6", "monitor.every=1",
+             "monitor.min_samples=2",  # 3 x 3 = 9 samples a batch: under the default 16
              "monitor.grad_snr_every=2", "rollout.env_groups=3", *WARM]
     full_dir, part_dir = tmp_path / "full", tmp_path / "part"
     train(load_config(small(tiny_model_path, *extra, "trainer.total_steps=3")), full_dir)

@@ -271,6 +271,7 @@ def headline(table: dict, corr: dict, metrics: dict, corr_default: dict | None =
 def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
     from ragen2.analysis import study
     from ragen2.analysis.hypotheses import Ratio, evaluate
+    from ragen2.analysis.rollouts import run_min_samples
 
     design = DESIGNS[settings.get("design", "v1")]
     dirs = {(r["arm"], r["seed"]): out / "runs" / f"{r['arm']}_s{r['seed']}" for r in runs
@@ -321,7 +322,7 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
               "plots": [p.name for p in plots]}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     write_examples(out, rows, dirs, metrics)
-    write_tables(out, result, metrics)
+    write_tables(out, result, metrics, {k: run_min_samples(d) for k, d in dirs.items()})
     print(result["headline"], flush=True)
     for h in tested:
         print(f"  {h['id']}: effect {fmt(h['effect'])} [{fmt(h['lo'])}, {fmt(h['hi'])}] "
@@ -334,6 +335,8 @@ def analyze(out: Path, runs: list[dict], settings: dict) -> dict:
 #: the per-arm table's columns: (series, its label, the step of its "before" value or None)
 TABLE_SERIES = (("success", "held-out success", 0), ("panel_turns_mi", "later-turn panel MI", 0),
                 ("turns_retrieval", "later-turn retrieval@1 (batch)", 1),
+                ("turns_grounded", "later-turn grounded (batch)", 1),
+                ("panel_turns_grounded", "later-turn grounded (panel)", 0),
                 ("token_entropy", "token entropy (reasoning)", 1),
                 ("format_errors", "format errors (batch)", 1), ("kept_ratio", "kept ratio", None))
 
@@ -348,12 +351,47 @@ def _spread(vals: list[float], digits: int = 2) -> str:
     return f"{med:.{digits}f} [{min(vals):.{digits}f}, {max(vals):.{digits}f}]"
 
 
-def write_tables(out: Path, result: dict, metrics: dict) -> None:
-    """``tables.md``: per arm, each instrument before RL and at the last step (median and range
-    over the arm's runs; a run that logged nothing at the last step is counted apart, with the
-    step of its last value), wall time per run; then every hypothesis's effect and verdict."""
-    from ragen2.analysis.study import series
+def _no_value(metrics: dict, name: str, step: int, least: int) -> str:
+    """Why one run has no value of series ``name`` at ``step``: ``n = 3 < 16`` (withheld, the
+    measurement's sample count under ``monitor.min_samples``), ``n = 20, 1 prompt`` (enough
+    samples, all of one prompt: no MI), ``< 2 prompts`` (fewer than 2 prompts with reasoning, no
+    sample count logged: runs before it was), ``nothing logged`` (the instrument logged nothing
+    at that step: not due, or, before the counts were logged, no prompts with reasoning)."""
+    from ragen2.analysis.study import withheld
 
+    empty = dict(withheld(metrics, name))
+    if step not in empty:
+        return "nothing logged"
+    n = empty[step]
+    if n is None:
+        return "< 2 prompts"
+    return f"n = {n:g} < {least}" if n < least else f"n = {n:g}, 1 prompt"
+
+
+def _missing(metrics: dict, keys: list, mins: dict, name: str, step: int) -> str:
+    """`` (k none at step s: why, ...; last at ...)`` for the runs without a value at ``step``
+    ('' when every run has one); 'last at' is each such run's last step with a value."""
+    from ragen2.analysis.study import series
+    from ragen2.collapse.withhold import MIN_SAMPLES
+
+    gone = [k for k in keys if step not in dict(series(metrics[k], name))]
+    if not gone:
+        return ""
+    why = [_no_value(metrics[k], name, step, mins.get(k, MIN_SAMPLES)) for k in gone]
+    last = [str(max(dict(series(metrics[k], name)), default="never")) for k in gone]
+    return f" ({len(gone)} none at step {step}: {', '.join(why)}; last at {', '.join(last)})"
+
+
+def write_tables(out: Path, result: dict, metrics: dict, mins: dict | None = None) -> None:
+    """``tables.md``: per arm, each instrument before RL and at the last step (median and range
+    over the arm's runs; a run without a value at either step is counted apart, with why -- its
+    sample count when the value was withheld under ``monitor.min_samples`` (``mins``: per run,
+    default 16) -- and the step of its last value), wall time per run; then every hypothesis's
+    effect and verdict."""
+    from ragen2.analysis.study import series, withheld
+    from ragen2.collapse.withhold import MIN_SAMPLES
+
+    mins = mins or {}
     arms = list(dict.fromkeys(r["arm"] for r in result["runs"] if r["returncode"] == 0))
     last_step = result["settings"].get("steps")
     head = ["arm", "runs"] + [label for _, label, _ in TABLE_SERIES] + ["wall per run (s)"]
@@ -364,21 +402,28 @@ def write_tables(out: Path, result: dict, metrics: dict) -> None:
         for name, _, first in TABLE_SERIES:
             per = [dict(series(metrics[k], name)) for k in keys]
             end = [p[last_step] for p in per if last_step in p]
-            gone = sorted(max(p) for p in per if p and last_step not in p)
+            if not any(per) and not any(withheld(metrics[k], name) for k in keys):
+                cells.append("not logged")  # by no run of the arm (an older code, an env without it)
+                continue
             if first is None:  # a mean over the RL steps
                 cell = _spread([statistics.fmean(v for st, v in p.items() if st >= 1) for p in per
                                 if any(st >= 1 for st in p)])
             else:
-                cell = f"{_spread([p[first] for p in per if first in p])} -> {_spread(end)}"
-            if gone and first is not None:
-                cell += f" ({len(gone)} none at step {last_step}: last at {', '.join(map(str, gone))})"
+                cell = (f"{_spread([p[first] for p in per if first in p])}"
+                        f"{_missing(metrics, keys, mins, name, first)} -> {_spread(end)}"
+                        f"{_missing(metrics, keys, mins, name, last_step)}")
             cells.append(cell)
         walls = [r["wall_s"] for r in result["runs"] if r["arm"] == arm and r["returncode"] == 0]
         cells.append(_spread(walls, 0))
         lines.append("| " + " | ".join(cells) + " |")
+    least = sorted(set(mins.values())) or [MIN_SAMPLES]
     text = ["# Tables", "", (f"Median [min, max] over each arm's runs; \"a -> b\": before RL (step 0 "
                              f"for held-out success and the probe panel, step 1 for batch "
-                             f"instruments) and at step {last_step}."), "", *lines, ""]
+                             f"instruments) and at step {last_step}. An MI, retrieval or "
+                             f"grounded value measured from fewer than monitor.min_samples = "
+                             f"{', '.join(map(str, least))} parsable reasoning samples is withheld "
+                             f"(ragen2.collapse.withhold): such a run counts among the \"none\", "
+                             f"with its sample count (\"n = 3 < 16\")."), "", *lines, ""]
     if result.get("hypotheses"):
         text += ["| hypothesis | effect [95% interval] | runs or seeds | verdict | left out |",
                  "|---|---|---|---|---|"]
@@ -441,10 +486,13 @@ def write_examples(out: Path, rows: list[dict], dirs: dict, metrics: dict) -> No
     for title, key in chosen:
         mi = series(metrics[key], "panel_turns_mi")
         row = next(r for r in rows if (r["arm"], r["seed"]) == key)
-        lines += [(f"## {title}: {key[0]} seed {key[1]} (later-turn panel MI {mi[0][1]:.2f} -> "
-                   f"{mi[-1][1]:.2f} nats; held-out success {fmt(row.get('initial_success'))} -> "
-                   f"{fmt(row.get('final_success'))})"), ""]
         panel = panels[key]
+        # the last panel step may have no value (too few samples: monitor.min_samples)
+        end = (f"{mi[-1][1]:.2f} nats" + ("" if mi[-1][0] == max(panel) else
+                                          f" at step {mi[-1][0]}, none after"))
+        lines += [(f"## {title}: {key[0]} seed {key[1]} (later-turn panel MI {mi[0][1]:.2f} -> "
+                   f"{end}; held-out success {fmt(row.get('initial_success'))} -> "
+                   f"{fmt(row.get('final_success'))})"), ""]
         for step in (min(panel), max(panel)):
             prompts = panel[step]
             mined = template_ngrams(prompts, 3)

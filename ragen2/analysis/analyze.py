@@ -30,6 +30,8 @@ from ragen2.analysis.rollouts import (
     load_rollouts,
     load_summary,
     metric_series,
+    no_value_steps,
+    run_min_samples,
 )
 from ragen2.collapse import (
     diagnose,
@@ -37,6 +39,7 @@ from ragen2.collapse import (
     plugin_permutation_floor,
     reasoning_signatures,
 )
+from ragen2.collapse.withhold import MIN_SAMPLES
 from ragen2.groups import group_std
 
 __all__ = ["analyze_run", "diagnosis_inputs", "main", "plugin_step", "summary_text"]
@@ -71,32 +74,43 @@ def _share(episodes: list[dict[str, Any]], key: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+#: the plug-in record's values estimated from the reasoning (None below ``monitor.min_samples``)
+PLUGIN_VALUES = ("mi", "mi_raw", "mi_floor_mean", "mi_floor_q95", "mi_raw_floor_mean",
+                 "mi_raw_floor_q95", "p_value", "h_cond")
+
+
 def plugin_step(step: int, episodes: list[dict[str, Any]], *, ngram: int = 3,
-                threshold: float = 0.5, permutations: int = 50) -> dict[str, Any]:
+                threshold: float = 0.5, permutations: int = 50,
+                min_samples: int = MIN_SAMPLES) -> dict[str, Any]:
     """The plug-in record of one saved step (all values plain floats / ints).
 
     ``mi`` is Miller-Madow corrected, ``mi_raw`` uncorrected, each with the mean and 95th
     percentile of its permutation floor; ``h_cond`` = H(cluster | input) (corrected);
-    ``log_n_inputs`` = log(number of distinct inputs), the MI upper bound.
+    ``log_n_inputs`` = log(number of distinct inputs), the MI upper bound. ``n_samples``: the
+    episodes with a reasoning; below ``min_samples`` (``monitor.min_samples``) every value of
+    :data:`PLUGIN_VALUES` is None (:mod:`ragen2.collapse.withhold`).
     """
     inputs = [_input_id(ep) for ep in episodes]
     texts = [ep["reasoning"] for ep in episodes]
     clusters = _clusters(texts, ngram, threshold)
     est = plugin_mutual_information(inputs, clusters)
-    floor = plugin_permutation_floor(inputs, clusters, permutations, seed=0)
-    return {
+    n_samples = sum(t is not None for t in texts)
+    floor = (plugin_permutation_floor(inputs, clusters, permutations, seed=0)
+             if n_samples >= min_samples else {})
+    record = {
         "step": step,
         "n_episodes": len(episodes),
+        "n_samples": n_samples,
         "n_inputs": int(est["n_inputs"]),
         "n_clusters": int(est["n_clusters"]),
         "n_empty_reasoning": sum(t is None for t in texts),
         "mi": est["mi"],
         "mi_raw": est["mi_raw"],
-        "mi_floor_mean": floor["mi_floor_mean"],
-        "mi_floor_q95": floor["mi_floor_q95"],
-        "mi_raw_floor_mean": floor["mi_raw_floor_mean"],
-        "mi_raw_floor_q95": floor["mi_raw_floor_q95"],
-        "p_value": floor["p_value"],
+        "mi_floor_mean": floor.get("mi_floor_mean"),
+        "mi_floor_q95": floor.get("mi_floor_q95"),
+        "mi_raw_floor_mean": floor.get("mi_raw_floor_mean"),
+        "mi_raw_floor_q95": floor.get("mi_raw_floor_q95"),
+        "p_value": floor.get("p_value"),
         "h_cond": est["h_joint"] - est["h_input"],
         "log_n_inputs": math.log(est["n_inputs"]),
         "distinct_reasoning_share": len(set(texts)) / len(texts),
@@ -104,6 +118,9 @@ def plugin_step(step: int, episodes: list[dict[str, Any]], *, ngram: int = 3,
         "success": _share(episodes, "success"),
         "kept_share": _share(episodes, "kept"),
     }
+    if n_samples < min_samples:
+        record.update(dict.fromkeys(PLUGIN_VALUES))
+    return record
 
 
 # ----------------------------------------------------------------------------- diagnosis
@@ -111,13 +128,32 @@ def _last(series: list[tuple[int, float]]) -> tuple[int, float] | None:
     return series[-1] if series else None
 
 
+def _withheld(metrics, prefix: str, last_value: tuple[int, float] | None
+              ) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """None's and their reason when the newest measurement of ``prefix`` had no value (fewer than
+    ``monitor.min_samples`` samples or 2 prompts): the diagnosis then does not assess template
+    collapse, as the trainer's does, instead of reading an older value."""
+    empty = no_value_steps(metrics, prefix + "mi")
+    if not empty or (last_value is not None and last_value[0] > empty[-1][0]):
+        return None
+    step, n = empty[-1]
+    why = (f"{prefix}* at step {step}: no value ("
+           + ("fewer than 2 prompts" if n is None else
+              f"n_samples {n:g}, under monitor.min_samples") + ")")
+    keys = ("mi", "mi_null", "log_n")
+    return dict.fromkeys(keys), dict.fromkeys(keys, why)
+
+
 def _mi_inputs(metrics, records, config) -> tuple[dict[str, Any], dict[str, str]]:
-    """mi, mi_null, log_n: the later-turn probe panel's last value where the run logged one and
-    its ``monitor.alert_instrument`` is not ``first_turn`` (the trainer's own choice,
-    :mod:`ragen2.collapse.instrument`), else the online monitor's if it ran, else the plug-in one."""
+    """mi, mi_null, log_n: the later-turn probe panel's newest measurement where the run logged
+    one and its ``monitor.alert_instrument`` is not ``first_turn`` (the trainer's own choice,
+    :mod:`ragen2.collapse.instrument`), else the online monitor's if it ran, else the plug-in one.
+    A newest measurement without a value (too few samples) gives None's, not an older value."""
     monitor = (config or {}).get("monitor")
     choice = monitor.get("alert_instrument", "auto") if isinstance(monitor, dict) else "auto"
     turns = _last(metric_series(metrics, "collapse/panel/turns/mi"))
+    if choice != "first_turn" and (none := _withheld(metrics, "collapse/panel/turns/", turns)):
+        return none
     if turns is not None and choice != "first_turn":
         step, mi = turns
         row, p = metrics[step], "collapse/panel/turns/"
@@ -125,6 +161,8 @@ def _mi_inputs(metrics, records, config) -> tuple[dict[str, Any], dict[str, str]
                 {k: f"{p}{k} at step {step}" if row.get(p + k) is not None else "not logged"
                  for k in ("mi", "mi_null", "log_n")})
     online = _last(metric_series(metrics, "collapse/mi"))
+    if (none := _withheld(metrics, "collapse/", online)) is not None:
+        return none
     if online is not None:
         step, mi = online
         row = metrics[step]
@@ -136,8 +174,10 @@ def _mi_inputs(metrics, records, config) -> tuple[dict[str, Any], dict[str, str]
     if records:
         r = records[-1]
         log_n = r["log_n_inputs"] if r["log_n_inputs"] > 0 else None
+        held = (f": no value ({r.get('n_samples')} episodes with reasoning, under "
+                "monitor.min_samples)" if r["mi"] is None else "")
         return ({"mi": r["mi"], "mi_null": r["mi_floor_mean"], "log_n": log_n},
-                {"mi": f"plug-in MI (Miller-Madow) at step {r['step']}",
+                {"mi": f"plug-in MI (Miller-Madow) at step {r['step']}{held}",
                  "mi_null": f"plug-in permutation floor (mean) at step {r['step']}",
                  "log_n": (f"log({r['n_inputs']} distinct inputs) at step {r['step']}"
                            if log_n else "only one distinct input: no bound")})
@@ -235,8 +275,9 @@ def analyze_run(run_dir: str | Path, *, ngram: int = 3, threshold: float = 0.5,
     if summary is None:
         notes.append("no summary.json: the run may not have finished")
 
-    records = [plugin_step(s, eps, ngram=ngram, threshold=threshold, permutations=permutations)
-               for s, eps in rollouts.items()]
+    least = run_min_samples(run)
+    records = [plugin_step(s, eps, ngram=ngram, threshold=threshold, permutations=permutations,
+                           min_samples=least) for s, eps in rollouts.items()]
     vals, src = diagnosis_inputs(metrics, records, summary, load_hydra_config(run))
     try:
         d = diagnose(**vals)

@@ -19,8 +19,9 @@ interval with :func:`ragen2.analysis.run_stats.verdict`. Three kinds:
   evaluation), mean over seeds; reported also as ``exp(diff)``.
 
 A run or seed that gives no value is not silently left out: ``dropped`` names it and says why
-(too few logged points and the step of the last one, a seed the other arm lacks), so a verdict
-of "no data" explains itself.
+(too few logged points and the step of the last one, the measurements withheld for too few
+samples (``monitor.min_samples``, :mod:`ragen2.collapse.withhold`: never counted as a value), a
+seed the other arm lacks), so a verdict of "no data" explains itself.
 
 Pure over the metrics dicts; no I/O.
 """
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragen2.analysis.run_stats import bootstrap_interval, paired_difference, verdict
-from ragen2.analysis.study import SERIES, Metrics, RunKey, series, spearman
+from ragen2.analysis.study import SERIES, Metrics, RunKey, series, spearman, withheld
 
 __all__ = ["Change", "Hypothesis", "Ratio", "Tracks", "evaluate", "run_change", "run_mean"]
 
@@ -127,7 +128,11 @@ def _tracking(m: Metrics, h: Tracks) -> tuple[float | None, str]:
 def _too_few(m: Metrics, metric: str, need: int) -> str:
     s = series(m, metric)
     last = f", the last at step {s[-1][0]}" if s else ""
-    return f"{len(s)} logged value(s) of {metric}{last}; the change needs {need}"
+    gone = [("< 2 prompts" if n is None else f"n = {n:g}") + f" at step {st}"
+            for st, n in withheld(m, metric)]
+    held = (f" ({len(gone)} more measured without a value, too few samples or prompts: "
+            f"{', '.join(gone)})" if gone else "")
+    return f"{len(s)} logged value(s) of {metric}{last}{held}; the change needs {need}"
 
 
 def _dropped_pairs(a: dict[Hashable, Any], b: dict[Hashable, Any], arm: str, baseline: str,

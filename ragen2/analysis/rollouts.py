@@ -6,6 +6,12 @@ Layout (written by the trainer):
     RUN_DIR/summary.json                        eval_before / eval_after / steps / seed / wall_s
     RUN_DIR/.hydra/overrides.yaml               the Hydra overrides of the run (a YAML list)
 
+Every MI and retrieval value is read under ``monitor.min_samples``
+(:mod:`ragen2.collapse.withhold`): :func:`load_metrics` drops the values of a measurement whose
+logged ``n_samples`` is under the run's minimum (its ``.hydra/config.yaml``, else the default 16),
+keeping its counts, so runs logged before the rule read as if it had been on, and every reader
+(study, report, analyze, sweep report) sees an absent value, never a number from too few samples.
+
 Readers are strict where a broken file means a bug (metrics, summary: ``ValueError`` naming the
 file and line) and lenient where a killed run can leave a half-written file (rollouts: the file
 is skipped with a ``RuntimeWarning``).
@@ -26,12 +32,15 @@ from typing import Any
 
 __all__ = [
     "ROLLOUT_KEYS",
+    "final_value",
     "load_hydra_config",
     "load_metrics",
     "load_overrides",
     "load_rollouts",
     "load_summary",
     "metric_series",
+    "no_value_steps",
+    "run_min_samples",
 ]
 
 # Keys every saved episode must have for the analysis (the trainer writes more).
@@ -43,12 +52,25 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def load_metrics(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+def run_min_samples(run_dir: str | Path) -> int:
+    """The run's ``monitor.min_samples`` (``.hydra/config.yaml``), else the default (a run
+    logged before the key existed, or without its config)."""
+    from ragen2.collapse.withhold import MIN_SAMPLES
+
+    monitor = (load_hydra_config(run_dir) or {}).get("monitor")
+    v = monitor.get("min_samples") if isinstance(monitor, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 2 else MIN_SAMPLES
+
+
+def load_metrics(run_dir: str | Path, *, min_samples: int | None = None
+                 ) -> dict[int, dict[str, Any]]:
     """``RUN_DIR/metrics.jsonl`` as {step: row}, ascending steps.
 
     If a step appears on several lines (a resumed run rewrote it), the LAST line wins. Blank lines
     are ignored; ``null`` values (non-finite at log time) and NaN / Infinity are dropped, so a
-    missing key and a null one read the same.
+    missing key and a null one read the same. The values of a measurement with fewer than
+    ``min_samples`` samples (None: :func:`run_min_samples`) are dropped, its counts kept
+    (:func:`ragen2.collapse.withhold.withhold`).
 
     Raises:
         FileNotFoundError: no metrics.jsonl in run_dir.
@@ -79,7 +101,10 @@ def load_metrics(run_dir: str | Path) -> dict[int, dict[str, Any]]:
             raise ValueError(f"{path}:{lineno}: missing or non-integer \"step\" ({step!r})")  # noqa: TRY004
         rows[step] = {k: v for k, v in row.items()
                       if v is not None and not (isinstance(v, float) and not math.isfinite(v))}
-    return dict(sorted(rows.items()))
+    from ragen2.collapse.withhold import withhold
+
+    least = run_min_samples(run_dir) if min_samples is None else min_samples
+    return {s: withhold(rows[s], least) for s in sorted(rows)}
 
 
 def metric_series(metrics: dict[int, dict[str, Any]], key: str, *, min_step: int = 0
@@ -87,6 +112,37 @@ def metric_series(metrics: dict[int, dict[str, Any]], key: str, *, min_step: int
     """[(step, value)] of one metric over the rows that have it as a finite number, step >= min_step."""
     return [(s, float(r[key])) for s, r in metrics.items()
             if s >= min_step and _is_number(r.get(key))]
+
+
+def no_value_steps(metrics: dict[int, dict[str, Any]], key: str
+                   ) -> list[tuple[int, float | None]]:
+    """(step, its logged sample count, None when only the prompt count was logged) of the steps
+    where the measurement of ``key`` (an MI or retrieval value: ``collapse/panel/turns/mi``, ...)
+    ran but gave no value: its scope logged ``n_samples`` or ``n_prompts`` and not ``key``
+    (fewer than ``monitor.min_samples`` samples, or fewer than 2 prompts with reasoning).
+    [] for a key that is no measured value (``rollout/success``, ``collapse/token_entropy``)."""
+    from ragen2.collapse.withhold import scope_of
+
+    scope = scope_of(key)
+    if scope is None:
+        return []
+    out = []
+    for step, row in metrics.items():
+        n, prompts = row.get(scope + "n_samples"), row.get(scope + "n_prompts")
+        if _is_number(row.get(key)) or not (_is_number(n) or _is_number(prompts)):
+            continue
+        out.append((step, float(n) if _is_number(n) else None))
+    return out
+
+
+def final_value(metrics: dict[int, dict[str, Any]], key: str) -> float | None:
+    """``key`` at the last step that measured it: None when that measurement gave no value
+    (:func:`no_value_steps`: too few samples or prompts), never an earlier step's value in its
+    place; the last logged value for a key that is no measured value."""
+    values, empty = metric_series(metrics, key), no_value_steps(metrics, key)
+    if empty and (not values or empty[-1][0] > values[-1][0]):
+        return None
+    return values[-1][1] if values else None
 
 
 def _read_episodes(path: Path) -> list[dict[str, Any]]:

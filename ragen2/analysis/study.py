@@ -18,6 +18,11 @@ MI, ...) are differences of arm means over seeds with a bootstrap interval over 
 
 MI curves show the estimate's bound (log of the distinct prompts, ``*mi_bound``) and its floor
 (the permutation null's 95th percentile, ``*mi_floor``) on a y-range that holds all three.
+
+Every MI and retrieval value obeys ``monitor.min_samples`` (:mod:`ragen2.collapse.withhold`):
+:func:`load_study` reads rows with :func:`ragen2.analysis.rollouts.load_metrics`, which drops a
+value measured from fewer samples (runs logged before the rule included), so a series simply has
+no point there; :func:`withheld` lists those steps with their logged sample counts.
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from ragen2.analysis.rollouts import load_metrics, load_rollouts, load_summary
+from ragen2.analysis.rollouts import (final_value, load_metrics, load_rollouts, load_summary,
+                                     no_value_steps)
 
 __all__ = ["ARM_DIFF_KEYS", "CORRELATIONS", "SERIES", "arm_differences", "arm_table", "band",
            "correlations", "curves_figure", "load_study", "load_summaries", "merge_runs",
            "mi_ylim", "paired", "per_run_correlations", "reasoning_examples", "run_summary",
-           "scatter_figure", "series", "spearman", "write_plots"]
+           "scatter_figure", "series", "spearman", "withheld", "write_plots"]
 
 #: short name -> metrics.jsonl key of the per-step series the study reports
 SERIES = {
@@ -58,6 +64,15 @@ SERIES = {
     "turns_chance": "collapse/turns/retrieval_chance@1",
     "turns_mi_bound": "collapse/turns/mi_bound",
     "panel_turns_reasoning_tokens": "collapse/panel/turns/reasoning_tokens_mean",
+    # does the reasoning state the true state (the env's ground hook; ragen2.collapse.grounding)
+    "grounded": "collapse/grounding/frac",  # the batch's first turns
+    "turns_grounded": "collapse/turns/grounding/frac",  # the batch's later turns
+    "turns_grounded_lo": "collapse/turns/grounding/frac_lo",  # 95% interval over prompts
+    "turns_grounded_hi": "collapse/turns/grounding/frac_hi",
+    "panel_grounded": "collapse/panel/grounding/frac",  # the first-turn probe panel
+    "panel_turns_grounded": "collapse/panel/turns/grounding/frac",  # the later-turn panel
+    "panel_turns_grounded_lo": "collapse/panel/turns/grounding/frac_lo",
+    "panel_turns_grounded_hi": "collapse/panel/turns/grounding/frac_hi",
     "action_mi": "collapse/action/mi",  # I(A; Z | X): does the answer follow the reasoning
     "retrieval_acc": "collapse/retrieval_acc@1",
     "h_cond": "collapse/h_cond",
@@ -100,12 +115,21 @@ def series(metrics: Metrics, name: str) -> list[tuple[int, float]]:
     return out
 
 
+def withheld(metrics: Metrics, name: str) -> list[tuple[int, float | None]]:
+    """(step, logged sample count or None) of the steps where one :data:`SERIES` entry measured
+    but has no value (:func:`ragen2.analysis.rollouts.no_value_steps`: under
+    ``monitor.min_samples`` samples, or fewer than 2 prompts with reasoning). [] for a series
+    that is no MI measurement (success, token entropy, ...)."""
+    return no_value_steps(metrics, SERIES[name])
+
+
 def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, Any] | None = None,
                 ) -> dict[str, Any]:
-    """One run's row: first/last held-out success, last collapse metrics, means over RL steps."""
+    """One run's row: first/last held-out success, last collapse metrics (``final_*``: the
+    instrument's last measurement, None when it gave no value: too few samples or prompts, see
+    :func:`withheld`), means over RL steps."""
     def last(name: str) -> float | None:
-        s = series(metrics, name)
-        return s[-1][1] if s else None
+        return final_value(metrics, SERIES[name])
 
     def mean_rl(name: str) -> float | None:  # RL steps only (step 0 is the pre-RL evaluation)
         vals = [v for step, v in series(metrics, name) if step >= 1]
@@ -120,6 +144,8 @@ def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, A
            "final_retrieval_acc": last("retrieval_acc"),
            "final_turns_mi": last("turns_mi"), "final_turns_retrieval": last("turns_retrieval"),
            "final_panel_mi": last("panel_mi"), "final_action_mi": last("action_mi"),
+           "final_turns_grounded": last("turns_grounded"),
+           "final_panel_turns_grounded": last("panel_turns_grounded"),
            "final_format_errors": last("format_errors"),
            "final_reasoning_tokens": last("reasoning_tokens"),
            "final_h_cond": last("h_cond"), "final_token_entropy": last("token_entropy"),
@@ -230,7 +256,7 @@ def arm_differences(rows: list[dict[str, Any]], baseline: str, keys: tuple[str, 
 
 #: the run-row keys :func:`arm_table` summarises by default
 ARM_KEYS = ("initial_success", "final_success", "final_mi", "final_retrieval_acc",
-            "final_token_entropy", "final_reasoning_tokens", "mean_kept_ratio", "mean_step_s")
+            "final_turns_grounded", "final_panel_turns_grounded", "final_token_entropy", "final_reasoning_tokens", "mean_kept_ratio", "mean_step_s")
 
 
 def arm_table(rows: list[dict[str, Any]], keys: tuple[str, ...] = ARM_KEYS
@@ -262,6 +288,8 @@ CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
                 ("panel_turns_mi", "MI at later turns, fixed panel (nats)"),
                 ("turns_mi", "MI at later turns, training batch (nats)"),
                 ("turns_retrieval", "later-turn retrieval acc@1 (batch)"),
+                ("turns_grounded", "later-turn grounded fraction (batch)"),
+                ("panel_turns_grounded", "later-turn grounded fraction, fixed panel"),
                 ("retrieval_acc", "retrieval acc@1"), ("token_entropy", "token entropy (nats)"),
                 ("action_mi", "I(A; Z | X), first turn (nats)"),
                 ("reward_spread", "group reward std"), ("kept_ratio", "kept ratio"),

@@ -6,7 +6,7 @@ sweeps run before ``ragen2.train.job_dirname``); its path is not relied on, exce
 the leading job number of its first folder, then by path. Per job:
     overrides        .hydra/overrides.yaml, else the path below SWEEP_DIR without its "N_" prefix
     final success    summary.json eval_after, else the last eval/success in metrics.jsonl
-    final MI         the last collapse/mi
+    final MI         collapse/mi at its last measurement (— when that one had too few samples)
     mean kept ratio  mean filter/kept_ratio over RL steps (step >= 1)
     mean step s      mean timing/step_s over RL steps
     steps            the last step in metrics.jsonl (else summary.json "steps")
@@ -42,6 +42,7 @@ from ragen2.analysis import arms as arms_mod
 from ragen2.analysis import study
 from ragen2.analysis.command import Command
 from ragen2.analysis.rollouts import (
+    final_value,
     load_metrics,
     load_overrides,
     load_summary,
@@ -123,7 +124,6 @@ def job_row(job_dir: str | Path, sweep_dir: str | Path | None = None) -> dict[st
         summary = None
         errors.append(str(e))
     success, success_src = _final_success(metrics, summary)
-    mi = metric_series(metrics, "collapse/mi")
     steps = max(metrics) if metrics else (summary or {}).get("steps")
     return {
         "job": m.group(1) if m else name,
@@ -133,7 +133,7 @@ def job_row(job_dir: str | Path, sweep_dir: str | Path | None = None) -> dict[st
         "overrides_text": " ".join(overrides),
         "final_success": success,
         "final_success_source": success_src,
-        "final_mi": mi[-1][1] if mi else None,
+        "final_mi": final_value(metrics, "collapse/mi"),  # None: its last measurement had none
         "mean_kept_ratio": _mean(metric_series(metrics, "filter/kept_ratio", min_step=1)),
         "mean_step_s": _mean(metric_series(metrics, "timing/step_s", min_step=1)),
         "steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,

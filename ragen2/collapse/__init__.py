@@ -9,7 +9,10 @@ diagnosis.py  diagnose -> Diagnosis(label, evidence, code): healthy / template_c
 monitor.py    the per-batch monitor (first turn, later turns, action MI)
 panel.py      the fixed probe panel (first turns); panel_turns.py: its later turns at fixed
               mid-episode states; instrument.py: which of them the alert and the diagnosis read
+grounding.py  the grounded fraction: the env's own check of the state the reasoning states
+              (its optional ground hook), on the batch and the panels, intervals over prompts
 alert.py      the collapse alert
+withhold.py   the minimum sample of every MI and retrieval value (monitor.min_samples)
 """
 
 from ragen2.collapse.diagnosis import (

@@ -10,8 +10,9 @@ Rule (``monitor.alert_patience`` = K, ``monitor.alert_min_gain`` = g):
 
 * a panel measurement is *below the floor* when its bootstrap lower bound ``mi_lo`` is at or
   under the permutation floor ``mi_floor`` (the null's 95th percentile): the panel cannot tell
-  the reasoning from one that ignores the input; a measurement where fewer than 2 panel prompts
-  got any reasoning (``mi_lo`` None) counts as below it too: nothing shows input dependence;
+  the reasoning from one that ignores the input; a measurement with no value (``mi_lo`` None:
+  fewer than 2 panel prompts got any reasoning, or fewer than ``monitor.min_samples`` samples
+  did, :mod:`ragen2.collapse.withhold`) counts as below it too: nothing shows input dependence;
 * the alert fires when the last K measurements were all below the floor and held-out success
   *stalled* over them: with t the step of the first of the K, some evaluation after t exists and
   none scored more than g above the baseline, the best evaluation at or before t (or, when there
@@ -33,7 +34,7 @@ from typing import Any
 class CollapseAlert:
     patience: int
     min_gain: float = 0.0
-    # (step, mi_lo, floor); None's for a measurement without reasoning
+    # (step, mi_lo, floor); None's for a measurement without a value (too few samples)
     below: list[tuple[int, float | None, float | None]] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success)
 
@@ -41,8 +42,8 @@ class CollapseAlert:
         self.evals.append((int(step), float(success)))
 
     def observe_panel(self, step: int, mi_lo: float | None, mi_floor: float | None) -> str | None:
-        """Fold in one panel measurement (``None``'s: no reasoning to measure); the alert's
-        evidence when it fires, else None."""
+        """Fold in one panel measurement (``None``'s: no value, too few samples with reasoning);
+        the alert's evidence when it fires, else None."""
         if mi_lo is not None and mi_floor is not None and mi_lo > mi_floor:
             self.below = []
             return None
@@ -62,7 +63,7 @@ class CollapseAlert:
             return None  # no held-out evaluation since the window began: wait for one
         if any(s > baseline + self.min_gain for _, s in compared):
             return None  # success still improves
-        points = ", ".join(f"step {st}: no reasoning" if lo is None else
+        points = ", ".join(f"step {st}: no value (too few samples)" if lo is None else
                            f"step {st}: {lo:+.3f} <= {fl:+.3f}" for st, lo, fl in self.below)
         evals = ", ".join(f"{s:.3f} (step {st})" for st, s in compared)
         stall = f"held-out success {evals}: no gain above {baseline:.3f} + {self.min_gain:g}"

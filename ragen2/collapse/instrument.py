@@ -78,6 +78,8 @@ def alert_measurement(instrument: str, first_turn: PanelMeasurement | None,
 
 def diagnosis_inputs(instrument: str, metrics: Mapping[str, float]) -> dict[str, float | None]:
     """The ``mi``, ``mi_null``, ``log_n`` and ``mi_bound`` arguments of ``diagnose`` from the
-    newest measurement of the instrument (``metrics``: its keys with their full prefix)."""
+    newest measurement of the instrument (``metrics``: its keys with their full prefix). A value
+    the measurement withheld (fewer than ``monitor.min_samples`` samples) is None: the diagnosis
+    then reports template collapse as not assessed, never as an MI of 0."""
     p = DIAGNOSIS_PREFIX[instrument]
     return {k: metrics.get(p + k) for k in ("mi", "mi_null", "log_n", "mi_bound")}

@@ -11,6 +11,11 @@ SPEC's definition) plus a per-token-mean variant and a permutation null (``mi_nu
 With ``action_mi`` it also asks whether the first turn's action follows its reasoning,
 I(A; Z | X) under ``collapse/action/*`` (:mod:`ragen2.collapse.action_mi`): every answer scored
 under its own and the other reasonings of its group.
+
+Every measurement logs its counts (``n_samples``, ``n_prompts``; the action MI ``n_groups``);
+one with fewer than ``min_samples`` samples (``monitor.min_samples``) or fewer than 2 prompts logs
+only those and scores nothing: no MI, retrieval, floor or ``mi_z`` (its EMA skips it), see
+:mod:`ragen2.collapse.withhold`.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ragen2.collapse.action_mi import (build_action_inputs, conditional_mutual_information,
-                                       score_actions)
+from ragen2.collapse.action_mi import (ActionInputs, build_action_inputs,
+                                       conditional_mutual_information, score_actions)
 from ragen2.collapse.mi import (EMA, choose_negatives, mutual_information,
                                 mutual_information_subsampled, permutation_null)
+from ragen2.collapse.withhold import MIN_SAMPLES
 from ragen2.rollout.trajectory import Trajectory
 
 #: retrieval accuracy is logged at these k's, each beside its chance level (RAGEN-2's k's)
@@ -38,7 +44,7 @@ Scorer = Callable[[list[list[int]], list[list[int]], np.ndarray], tuple[np.ndarr
 class MonitorMeasurement:
     """One batch measurement of :class:`MIMonitor`."""
 
-    #: ``collapse/*`` for logging ({} when the batch had nothing measurable)
+    #: ``collapse/*`` for logging (only the counts where a measurement had too few samples)
     metrics: dict[str, float]
     #: the sampling policy's per-token entropy (:func:`token_entropy`); None when fewer than 2
     #: prompts had reasoning (the prompt-side measurement did not run)
@@ -53,8 +59,9 @@ class MonitorInputs:
     owner: np.ndarray  # (S,) prompt index of each sample
 
 
-def build_inputs(trajs: Sequence[Trajectory]) -> MonitorInputs | None:
-    """Contexts and continuations from a batch; None when fewer than 2 prompts have reasoning.
+def build_inputs(trajs: Sequence[Trajectory], min_prompts: int = 2) -> MonitorInputs | None:
+    """Contexts and continuations from a batch; None when fewer than ``min_prompts`` prompts
+    have reasoning (``min_prompts=0``: always the inputs, possibly empty, e.g. to count them).
 
     Token-exact: a sample's continuation is its first-turn reasoning as the engine sampled it
     (``Trajectory.think_span``), and a group's context is its first sample's ids up to there (the
@@ -72,19 +79,19 @@ def build_inputs(trajs: Sequence[Trajectory]) -> MonitorInputs | None:
             keys.append(t.observations[0] if t.observations else str(t.env_seed))
         conts.append(list(t.input_ids[a:b]))
         owner.append(groups[t.group_id])
-    if len(contexts) < 2:
+    if len(contexts) < min_prompts:
         return None
     return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
 
 
 def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator,
-                      mode: str = "trajectory") -> MonitorInputs | None:
+                      mode: str = "trajectory", min_prompts: int = 2) -> MonitorInputs | None:
     """(context, reasoning) pairs from every turn, not only the first (RAGEN-2's two modes):
     ``trajectory``: per trajectory one turn drawn uniformly among those with reasoning;
     ``turn``: as many pairs as trajectories, drawn uniformly from all (trajectory, turn) pairs
     with reasoning (long episodes weigh more). A sample's context is its own conversation up to
     that turn's ``<think>`` (sampled ids, as in :func:`build_inputs`); identical conversations
-    are one prompt. None below 2 prompts."""
+    are one prompt. None below ``min_prompts`` prompts (2; 0: always)."""
     ok = [t for t in trajs if t.env_error is None and t.first_prompt_len > 0]
     spans = [[s for s in t.think_spans if s is not None] for t in ok]  # per trajectory
     if mode == "trajectory":
@@ -104,7 +111,7 @@ def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator,
             contexts.append(list(ctx))
         conts.append(list(t.input_ids[a:b]))
         owner.append(index[ctx])
-    if len(contexts) < 2:
+    if len(contexts) < min_prompts:
         return None
     keys = [str(i) for i in range(len(contexts))]  # already distinct
     return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
@@ -116,13 +123,17 @@ class MIMonitor:
     def __init__(self, every: int, max_negatives: int = 0, permutations: int = 20,
                  ema: float = 0.9, seed: int = 0, turn_negatives: int | None = 7,
                  turn_uniform: bool = False, *, action_mi: bool = True,
-                 action_max_group: int | None = 8) -> None:
+                 action_max_group: int | None = 8, min_samples: int = MIN_SAMPLES) -> None:
         """``turn_negatives``: other conversations each later-turn sample is scored under
         (``collapse/turns/*``, trajectory-uniform; 0 = all of them, None = later turns off);
         ``turn_uniform``: also the turn-uniform pairs (``collapse/turn_uniform/*``);
         ``action_mi``: also I(A; Z | X) of the first turn (``collapse/action/*``), groups larger
         than ``action_max_group`` split into smaller ones (the cost per sample grows with the
-        group size; None = whole groups)."""
+        group size; None = whole groups); ``min_samples``: the fewest samples a measurement
+        reports a value from (``monitor.min_samples``; below it only its counts)."""
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 2:
+            raise ValueError(f"min_samples must be an integer >= 2, got {min_samples!r}")
+        self.min_samples = min_samples
         self.every, self.max_negatives, self.permutations = every, max_negatives, permutations
         self.seed, self.turn_negatives, self.turn_uniform = seed, turn_negatives, turn_uniform
         self.action_mi, self.action_max_group = action_mi, action_max_group
@@ -132,10 +143,10 @@ class MIMonitor:
         return self.every > 0 and (step == 1 or step % self.every == 0)
 
     def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> MonitorMeasurement:
-        """One batch's measurement; its ``collapse/*`` metrics (empty when the batch has too few
-        prompts with reasoning): the first turn's under ``collapse/``, a turn drawn per trajectory
-        under ``collapse/turns/``, the first turn's I(A; Z | X) under ``collapse/action/`` (when
-        some group has 2+ samples)."""
+        """One batch's measurement; its ``collapse/*`` metrics: the first turn's under
+        ``collapse/``, a turn drawn per trajectory under ``collapse/turns/``, the first turn's
+        I(A; Z | X) under ``collapse/action/``; each with its counts, and its values only from at
+        least ``min_samples`` samples of 2+ prompts (groups, for the action MI)."""
         out, entropy = self._measure_prompts(trajs, scorer, step)
         if self.action_mi:
             out.update(self._measure_actions(trajs, scorer, step))
@@ -143,33 +154,38 @@ class MIMonitor:
 
     def _measure_prompts(self, trajs: Sequence[Trajectory], scorer: Scorer,
                          step: int) -> tuple[dict[str, float], float | None]:
-        inputs = build_inputs(trajs)
-        if inputs is None:
-            return {}, None
+        """The first turn's ``collapse/*`` and the later turns'; the token entropy (None when
+        fewer than 2 prompts had first-turn reasoning, as the entropy reference then waits)."""
+        inputs = build_inputs(trajs, min_prompts=0)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         m = self._score(inputs, scorer, self.max_negatives, gen)
         out = {f"collapse/{k}": v for k, v in m.items()}
-        out["collapse/mi_z_ema"] = self.mi_z_ema.update(m["mi_z"])
-        out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
-        entropy = token_entropy(trajs)
-        out["collapse/token_entropy"] = entropy
+        entropy = None
+        if len(inputs.contexts) >= 2:
+            if "mi_z" in m:  # a withheld measurement leaves the EMA as it was
+                out["collapse/mi_z_ema"] = self.mi_z_ema.update(m["mi_z"])
+            out["collapse/reasoning_tokens_mean"] = float(np.mean([len(c) for c in
+                                                                   inputs.continuations]))
+            entropy = token_entropy(trajs)
+            out["collapse/token_entropy"] = entropy
         if self.turn_negatives is not None:
             modes = [("trajectory", "turns")] + ([("turn", "turn_uniform")] if self.turn_uniform else [])
             for i, (mode, name) in enumerate(modes):
                 rng = np.random.default_rng([self.seed, step, 7 + i])
-                turns = build_turn_inputs(trajs, rng, mode)
-                if turns is not None:
-                    m = self._score(turns, scorer, self.turn_negatives, gen)
-                    out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
+                turns = build_turn_inputs(trajs, rng, mode, min_prompts=0)
+                m = self._score(turns, scorer, self.turn_negatives, gen)
+                out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
         return out, entropy
 
     def _measure_actions(self, trajs: Sequence[Trajectory], scorer: Scorer,
                          step: int) -> dict[str, float]:
-        """``collapse/action/*``: I(A; Z | X) of the first turn, its bound, floor and retrieval.
-        Its own generator (seeded by step), so the other metrics are unchanged by it."""
+        """``collapse/action/*``: I(A; Z | X) of the first turn, its bound, floor and retrieval
+        (only its counts below ``min_samples`` answers in groups of 2+). Its own generator
+        (seeded by step), so the other metrics are unchanged by it."""
         inputs = build_action_inputs(trajs, self.action_max_group)
-        if inputs is None:
-            return {}
+        counts = action_counts(inputs)
+        if counts["n_samples"] < self.min_samples:
+            return {f"collapse/action/{k}": v for k, v in counts.items()}
         logp = score_actions(inputs, scorer)
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + step) * 4 + 3)
         m = conditional_mutual_information(torch.from_numpy(logp), torch.from_numpy(inputs.group),
@@ -183,8 +199,13 @@ class MIMonitor:
     def _score(self, inputs: MonitorInputs, scorer: Scorer, max_negatives: int,
                gen: torch.Generator) -> dict[str, float]:
         """MI (summed and per-token-mean logprobs), retrieval@k and, on the full matrix, the
-        permutation null of one set of (context, reasoning) pairs."""
-        n = len(inputs.contexts)
+        permutation null of one set of (context, reasoning) pairs; only ``n_samples`` and
+        ``n_prompts`` (the prompts each sample would be scored under) below ``min_samples``
+        samples or 2 prompts, and then nothing is scored."""
+        n, n_samples = len(inputs.contexts), len(inputs.owner)
+        if n < 2 or n_samples < self.min_samples:
+            scored = 1 + min(max_negatives, n - 1) if max_negatives and n >= 2 else n
+            return {"n_samples": float(n_samples), "n_prompts": float(scored)}
         owner = torch.from_numpy(inputs.owner)
         if max_negatives and max_negatives < n - 1:
             columns = choose_negatives(owner, n, max_negatives, gen).numpy()
@@ -217,6 +238,16 @@ class MIMonitor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mi_z_ema.load_state_dict(state["mi_z_ema"])
+
+
+def action_counts(inputs: ActionInputs | None) -> dict[str, float]:
+    """``n_samples`` (answers in groups of 2+) and ``n_groups`` (such groups) of the action MI's
+    inputs, as :func:`ragen2.collapse.action_mi.conditional_mutual_information` counts them (0, 0
+    when no group has 2 samples)."""
+    if inputs is None:
+        return {"n_samples": 0.0, "n_groups": 0.0}
+    sizes = np.unique(inputs.group, return_counts=True)[1]
+    return {"n_samples": float(sizes[sizes >= 2].sum()), "n_groups": float((sizes >= 2).sum())}
 
 
 def token_entropy(trajs: Sequence[Trajectory]) -> float:

@@ -3,8 +3,8 @@
 The per-batch monitor (:mod:`ragen2.collapse.monitor`) measures MI on whatever prompts the step
 drew (8-16 groups: ceiling log 8-16, values that move with the draw). The panel instead holds
 ``monitor.panel_size`` distinct prompts fixed for the whole run (and for every run of the same
-env: panel seeds are ``seeding.panel_seed(i)``, never trained on, disjoint from the held-out
-evaluation seeds). At step 0 and every ``monitor.every`` steps the rollout workers sample
+env: panel seeds are ``seeding.panel_seed(i)`` resolved into the env's held-out problems
+(:mod:`ragen2.rollout.split`), never trained on). At step 0 and every ``monitor.every`` steps the rollout workers sample
 ``monitor.panel_samples`` fresh first turns per prompt from the current policy, the learner
 cross-scores every reasoning under every panel prompt (the full (S, N) matrix), and the
 ``collapse/panel/*`` metrics are
@@ -15,9 +15,16 @@ cross-scores every reasoning under every panel prompt (the full (S, N) matrix), 
     mi_null, mi_floor, mi_p_value    the permutation null's mean, its 95th percentile (the floor)
                                      and the one-sided p-value of the observed MI
     healthy                          1.0 when mi_lo > mi_floor: the interval clears chance
+    n_samples, n_prompts             the samples with reasoning and their prompts: always logged;
+                                     below ``monitor.min_samples`` samples (or 2 prompts) they are
+                                     all there is (:mod:`ragen2.collapse.withhold`)
     action/*                         I(A; Z | X) over the panel's groups (every prompt's samples
                                      share X): does the action follow the reasoning
                                      (:mod:`ragen2.collapse.action_mi`; ``monitor.action_mi``)
+    grounding/*                      where the env has a ``ground`` hook: the share of the
+                                     reasoning's claims about the state that are true, with a 95%
+                                     bootstrap interval over prompts
+                                     (:mod:`ragen2.collapse.grounding`)
 
 so values are comparable across steps, runs and policy versions. The same panel seeds measured
 at a later turn, after a fixed scripted opening, are ``collapse/panel/turns/*``
@@ -42,8 +49,11 @@ from ragen2 import seeding
 from ragen2.atomic import atomic_write
 from ragen2.collapse.action_mi import (build_action_inputs, conditional_mutual_information,
                                        score_actions)
+from ragen2.collapse.grounding import grounding_metrics, grounding_samples
 from ragen2.collapse.mi import bootstrap_intervals, mutual_information, permutation_null
-from ragen2.collapse.monitor import RETRIEVAL_KS, Scorer, build_inputs, token_entropy
+from ragen2.collapse.monitor import (RETRIEVAL_KS, Scorer, action_counts, build_inputs,
+                                     token_entropy)
+from ragen2.collapse.withhold import MIN_SAMPLES
 from ragen2.rollout.trajectory import Trajectory
 
 log = logging.getLogger("ragen2")
@@ -59,20 +69,23 @@ class PanelPrompt:
 
 
 def choose_panel(envs: Sequence[tuple[str, int]], observe: Callable[[str, int], str],
-                 tries_per_prompt: int = 8) -> list[PanelPrompt]:
+                 tries_per_prompt: int = 8,
+                 seed_of: Callable[[str, int], int] | None = None) -> list[PanelPrompt]:
     """The panel: for each ``(env name, count)``, the first ``count`` panel seeds whose first
-    observation no earlier panel prompt has (seeds ``seeding.panel_seed(0)``, ``(1)``, ...
-    per env, so one env's panel does not depend on the others of a mixture).
+    observation no earlier panel prompt has (seeds ``seed_of(env, 0)``, ``(env, 1)``, ... per
+    env, so one env's panel does not depend on the others of a mixture; by default
+    ``seeding.panel_seed(i)``, the trainer's resolved into the env's held-out problems).
 
     ``observe(env, seed)`` returns the env's first observation; a seed on which it raises is
     skipped (logged), as a failed episode is. An env with fewer distinct first observations
     than asked within ``tries_per_prompt * count`` seeds gives what it has (logged)."""
+    seed_of = seed_of or (lambda env, index: seeding.panel_seed(index))
     chosen: list[PanelPrompt] = []
     seen: set[str] = set()
     for env, count in envs:
         found, index, failed, first_error = 0, 0, 0, None
         while found < count and index < tries_per_prompt * count:
-            seed = seeding.panel_seed(index)
+            seed = seed_of(env, index)
             index += 1
             try:
                 obs = observe(env, seed)
@@ -101,7 +114,8 @@ class PanelMeasurement:
 
     #: ``collapse/panel/*`` (the later-turn panel: ``collapse/panel/turns/*``)
     metrics: dict[str, float]
-    #: the MI's bootstrap lower bound; None when fewer than 2 prompts produced reasoning
+    #: the MI's bootstrap lower bound; None when fewer than 2 prompts produced reasoning or the
+    #: samples were fewer than ``monitor.min_samples`` (no value: nothing shows input dependence)
     mi_lo: float | None = None
     #: the permutation floor (the null's 95th percentile); None as ``mi_lo``
     mi_floor: float | None = None
@@ -145,9 +159,13 @@ class ProbePanel:
     """Samples, scores and records the fixed panel (stateless: everything derives from the step)."""
 
     def __init__(self, prompts: Sequence[PanelPrompt], samples: int, bootstrap: int,
-                 permutations: int, seed: int, action_mi: bool = True) -> None:
+                 permutations: int, seed: int, action_mi: bool = True, *,
+                 min_samples: int = MIN_SAMPLES) -> None:
         if len(prompts) < 2:
             raise ValueError(f"the probe panel needs >= 2 distinct prompts, got {len(prompts)}")
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 2:
+            raise ValueError(f"min_samples must be an integer >= 2, got {min_samples!r}")
+        self.min_samples = min_samples
         self.prompts, self.samples = list(prompts), samples
         self.bootstrap, self.permutations, self.seed = bootstrap, permutations, seed
         self.action_mi = action_mi
@@ -161,24 +179,34 @@ class ProbePanel:
 
     def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int
                 ) -> PanelMeasurement:
-        """One measurement, ``collapse/panel/*`` its metrics (``n_prompts`` 0 when fewer than 2
-        panel prompts produced reasoning: nothing else is measurable then)."""
+        """One measurement, ``collapse/panel/*`` its metrics. Below 2 panel prompts with
+        reasoning or ``min_samples`` samples only the counts (``n_samples``, ``n_prompts``; the
+        action MI's ``action/n_samples``, ``action/n_groups``), the reasoning share and the token
+        entropy: no value, nothing scored; the action MI likewise below ``min_samples`` answers."""
         ok = [t for t in trajs if t.env_error is None]
         with_reasoning = sum(t.think_span is not None for t in ok)
         out = {PREFIX + "reasoning_frac": with_reasoning / max(len(trajs), 1),
                PREFIX + "token_entropy": token_entropy(ok) if ok else float("nan")}
-        inputs = build_inputs(ok)
-        if inputs is None:
-            return PanelMeasurement({**out, PREFIX + "n_prompts": 0.0})
+        inputs = build_inputs(ok, min_prompts=0)
         n = len(inputs.contexts)
+        out[PREFIX + "n_samples"], out[PREFIX + "n_prompts"] = float(len(inputs.owner)), float(n)
+        seed = seeding.panel_bootstrap_seed(self.seed, step)
+        grounded = grounding_samples(ok, "first")
+        if grounded is not None:  # the envs' own check of the stated state (their ground hook)
+            g = grounding_metrics(grounded, self.min_samples, self.bootstrap, seed + 3)
+            out.update({PREFIX + "grounding/" + k: v for k, v in g.items()})
+        actions = build_action_inputs(ok) if self.action_mi else None
+        counts = action_counts(actions)
+        if self.action_mi:
+            out.update({PREFIX + "action/" + k: v for k, v in counts.items()})
+        if n < 2 or len(inputs.owner) < self.min_samples:
+            return PanelMeasurement(out)
         columns = np.tile(np.arange(n), (len(inputs.owner), 1))
         logp, _ = scorer(inputs.contexts, inputs.continuations, columns)
-        seed = seeding.panel_bootstrap_seed(self.seed, step)
         m, mi_lo, mi_floor = panel_estimates(logp, inputs.owner, inputs.prompt_keys,
                                              self.bootstrap, self.permutations, seed)
         out.update({PREFIX + k: v for k, v in m.items()})
-        actions = build_action_inputs(ok) if self.action_mi else None
-        if actions is not None:
+        if counts["n_samples"] >= self.min_samples:
             a = conditional_mutual_information(
                 torch.from_numpy(score_actions(actions, scorer)), torch.from_numpy(actions.group),
                 reasoning_keys=actions.context.tolist(), num_permutations=self.permutations,
@@ -203,6 +231,8 @@ class ProbePanel:
                         "reasoning": [(t.first_think or "")[:MAX_TEXT] for t in ts],
                         "answers": [(parse_response(t.responses[0], eos_text).answer or "")[:MAX_TEXT]
                                     if t.responses else "" for t in ts]})
+            if any(t.grounding is not None for t in ts):  # the env's verdict per sample
+                out[-1]["grounding"] = [t.grounding[0] if t.grounding else None for t in ts]
         return out
 
 

@@ -25,8 +25,13 @@ Metrics (prefix ``collapse/panel/turns/``): the same as the first-turn panel's
 (:func:`ragen2.collapse.panel.panel_metrics`: ``mi``, ``h_cond``, ``h_marginal``,
 ``retrieval_acc@k``, ``retrieval_chance@k``, ``mi_bound``, ``log_n``, bootstrap ``*_lo`` /
 ``*_hi``, ``mi_null``, ``mi_floor`` (the null's 95th percentile), ``mi_p_value``, ``healthy``)
-plus ``n_prompts``, ``reasoning_frac`` (share of episodes with a turn-k reasoning),
-``reasoning_tokens_mean`` and ``turn`` (= k). Samples go to ``RUN_DIR/panel/turns/step_XXXXXX.jsonl``.
+plus ``n_samples``, ``n_prompts``, ``reasoning_frac`` (share of episodes with a turn-k reasoning),
+``reasoning_tokens_mean`` and ``turn`` (= k). Below ``monitor.min_samples`` turn-k reasonings or 2
+prompts with one, only the counts, ``reasoning_frac`` and ``turn`` (no value, nothing scored:
+:mod:`ragen2.collapse.withhold`). Where the env has a ``ground`` hook, ``grounding/*``: the share
+of the turn-k reasoning's claims about the state that are true (:mod:`ragen2.collapse.grounding`;
+the scripted opening is the same for every sample, so each prompt's true state is too). Samples
+go to ``RUN_DIR/panel/turns/step_XXXXXX.jsonl``.
 
 Where no prompt can be built (a single-turn env, an env without a ``demonstration()`` hook, an
 expert that always ends the episode, ``rollout.max_turns`` <= k), there is no later-turn panel;
@@ -43,8 +48,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ragen2 import seeding
+from ragen2.collapse.grounding import grounding_metrics, grounding_samples
 from ragen2.collapse.monitor import MonitorInputs, Scorer
 from ragen2.collapse.panel import PanelMeasurement, panel_estimates
+from ragen2.collapse.withhold import MIN_SAMPLES
 from ragen2.rollout.trajectory import Trajectory
 
 log = logging.getLogger("ragen2")
@@ -91,21 +98,24 @@ def script_opening(env: Any, seed: int, turns: int, random_prob: float
 
 def choose_turn_panel(envs: Sequence[tuple[str, int]],
                       play: Callable[[str, int], tuple[tuple[str, ...], str] | None],
-                      tries_per_prompt: int = 8, give_up_after: int = 8) -> list[TurnPanelPrompt]:
+                      tries_per_prompt: int = 8, give_up_after: int = 8,
+                      seed_of: Callable[[str, int], int] | None = None) -> list[TurnPanelPrompt]:
     """The later-turn panel: for each ``(env name, count)``, the first ``count`` panel seeds
-    (``seeding.panel_seed(0)``, ``(1)``, ... per env) whose scripted opening ``play(env, seed)``
+    (``seed_of(env, 0)``, ``(env, 1)``, ... per env; by default ``seeding.panel_seed(i)``, the
+    trainer's resolved into the env's held-out problems) whose scripted opening ``play(env, seed)``
     keeps the episode going and reaches an observation no earlier prompt has. A seed on which
     ``play`` raises is skipped; an env that cannot give ``count`` prompts within
     ``tries_per_prompt * count`` seeds gives what it has, and one whose first ``give_up_after``
     seeds gave none is given up (a single-answer env, whose every opening ends the episode, costs
     that many env episodes at start-up, not ``tries_per_prompt * count``; logged at info level)."""
+    seed_of = seed_of or (lambda env, index: seeding.panel_seed(index))
     chosen: list[TurnPanelPrompt] = []
     seen: set[str] = set()
     for env, count in envs:
         found, index, ended, first_error = 0, 0, 0, None
         while (found < count and index < tries_per_prompt * count
                and (found or index < give_up_after)):
-            seed = seeding.panel_seed(index)
+            seed = seed_of(env, index)
             index += 1
             try:
                 opening = play(env, seed)
@@ -129,8 +139,10 @@ def choose_turn_panel(envs: Sequence[tuple[str, int]],
 
 
 def build_turn_panel_inputs(trajs: Sequence[Trajectory], turn: int,
-                            prompt_keys: Sequence[str]) -> MonitorInputs | None:
-    """Contexts and continuations of turn ``turn`` (0-based); None below 2 prompts.
+                            prompt_keys: Sequence[str], min_prompts: int = 2
+                            ) -> MonitorInputs | None:
+    """Contexts and continuations of turn ``turn`` (0-based); None below ``min_prompts`` prompts
+    (2; 0: always, possibly empty).
 
     Group id = the panel prompt's index (``prompt_keys[group id]`` its key). A sample is an
     episode that reached turn ``turn`` with a reasoning there; its continuation is that reasoning
@@ -149,7 +161,7 @@ def build_turn_panel_inputs(trajs: Sequence[Trajectory], turn: int,
             keys.append(prompt_keys[t.group_id])
         conts.append(list(t.input_ids[a:b]))
         owner.append(groups[t.group_id])
-    if len(contexts) < 2:
+    if len(contexts) < min_prompts:
         return None
     return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
 
@@ -158,9 +170,12 @@ class TurnPanel:
     """Samples, scores and records the later-turn panel (stateless, like ``ProbePanel``)."""
 
     def __init__(self, prompts: Sequence[TurnPanelPrompt], samples: int, bootstrap: int,
-                 permutations: int, seed: int) -> None:
+                 permutations: int, seed: int, *, min_samples: int = MIN_SAMPLES) -> None:
         if len(prompts) < 2:
             raise ValueError(f"the later-turn panel needs >= 2 distinct prompts, got {len(prompts)}")
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 2:
+            raise ValueError(f"min_samples must be an integer >= 2, got {min_samples!r}")
+        self.min_samples = min_samples
         turns = {len(p.prefix) for p in prompts}
         if len(turns) != 1:
             raise ValueError(f"every later-turn panel prompt needs the same opening length, got {turns}")
@@ -180,17 +195,25 @@ class TurnPanel:
         return {i: list(p.prefix) for i, p in enumerate(self.prompts)}
 
     def measure(self, trajs: Sequence[Trajectory], scorer: Scorer, step: int) -> PanelMeasurement:
-        """One measurement, ``collapse/panel/turns/*`` its metrics (``n_prompts`` 0 when fewer
-        than 2 prompts produced a turn-k reasoning)."""
-        inputs = build_turn_panel_inputs(trajs, self.turn, [p.observation for p in self.prompts])
+        """One measurement, ``collapse/panel/turns/*`` its metrics (only the counts, the
+        reasoning share and the turn when fewer than 2 prompts or ``min_samples`` samples
+        produced a turn-k reasoning)."""
+        inputs = build_turn_panel_inputs(trajs, self.turn, [p.observation for p in self.prompts],
+                                         min_prompts=0)
+        n_samples = len(inputs.owner)
         out = {PREFIX + "turn": float(self.turn),
-               PREFIX + "reasoning_frac": (0.0 if inputs is None else len(inputs.owner))
-               / max(len(trajs), 1)}
-        if inputs is None:
-            return PanelMeasurement({**out, PREFIX + "n_prompts": 0.0})
+               PREFIX + "reasoning_frac": n_samples / max(len(trajs), 1),
+               PREFIX + "n_samples": float(n_samples),
+               PREFIX + "n_prompts": float(len(inputs.contexts))}
+        seed = seeding.panel_bootstrap_seed(self.seed, step) + 2  # +0, +1: the first-turn panel
+        grounded = grounding_samples([t for t in trajs if t.env_error is None], self.turn)
+        if grounded is not None:  # the envs' own check of the stated state (their ground hook)
+            g = grounding_metrics(grounded, self.min_samples, self.bootstrap, seed + 2)
+            out.update({PREFIX + "grounding/" + k: v for k, v in g.items()})
+        if len(inputs.contexts) < 2 or n_samples < self.min_samples:
+            return PanelMeasurement(out)
         columns = np.tile(np.arange(len(inputs.contexts)), (len(inputs.owner), 1))
         logp, _ = scorer(inputs.contexts, inputs.continuations, columns)
-        seed = seeding.panel_bootstrap_seed(self.seed, step) + 2  # +0, +1: the first-turn panel
         m, mi_lo, mi_floor = panel_estimates(logp, inputs.owner, inputs.prompt_keys,
                                              self.bootstrap, self.permutations, seed)
         out.update({PREFIX + k: v for k, v in m.items()})
@@ -215,4 +238,8 @@ class TurnPanel:
                         "reasoning": [((q.think if q.format_ok else leading_think(r)) or "")[:MAX_TEXT]
                                       for q, r in zip(parsed, replies)],
                         "answers": [(q.answer or "")[:MAX_TEXT] for q in parsed]})
+            ts = by_prompt.get(i, [])
+            if any(t.grounding is not None for t in ts):  # the env's verdict per sample
+                out[-1]["grounding"] = [t.grounding[k] if t.grounding and len(t.grounding) > k
+                                        else None for t in ts]
         return out

@@ -3,8 +3,10 @@
 ``RUN_DIR/rollouts/step_000001.jsonl.gz``, one line per episode: ``step``, ``group_id``, ``env``,
 ``env_seed``, ``prompt`` (first observation), ``reasoning`` (first-turn ``<think>`` text),
 ``responses``, ``actions`` (the parsed ``<answer>`` per turn, null when unparsable), ``reward``,
-``success``, ``kept`` (survived the group filter), ``env_error`` and ``policy_version`` (the
-policy that generated it: older than the learner's under ``trainer.max_staleness``). Files are written atomically;
+``success``, ``kept`` (survived the group filter), ``env_error``, ``policy_version`` (the
+policy that generated it: older than the learner's under ``trainer.max_staleness``) and, where
+the env has a ``ground`` hook, ``grounding`` (per turn, the share of the reasoning's claims about
+the state that are true, null where nothing was checkable: ``ragen2.collapse.grounding``). Files are written atomically;
 the oldest are deleted once the directory exceeds its size budget. ``ragen2-analyze`` reads them.
 
 Evaluation outcomes: ``RUN_DIR/evaluations/step_000000.jsonl`` (and ``OUT/outcomes.jsonl`` of
@@ -31,13 +33,16 @@ def _cap(text: str | None) -> str | None:
 
 
 def episode_record(t: Trajectory, step: int, kept: bool, eos_text: str | None = None) -> dict:
-    return {"step": step, "group_id": t.group_id, "env": t.env_name, "env_seed": t.env_seed,
-            "prompt": _cap(t.observations[0] if t.observations else None),
-            "reasoning": _cap(t.first_think),
-            "responses": [_cap(r) for r in t.responses],
-            "actions": [_cap(parse_response(r, eos_text).answer) for r in t.responses],
-            "reward": t.reward, "success": t.success, "kept": kept, "env_error": t.env_error,
-            "policy_version": t.policy_version}
+    record = {"step": step, "group_id": t.group_id, "env": t.env_name, "env_seed": t.env_seed,
+              "prompt": _cap(t.observations[0] if t.observations else None),
+              "reasoning": _cap(t.first_think),
+              "responses": [_cap(r) for r in t.responses],
+              "actions": [_cap(parse_response(r, eos_text).answer) for r in t.responses],
+              "reward": t.reward, "success": t.success, "kept": kept, "env_error": t.env_error,
+              "policy_version": t.policy_version}
+    if t.grounding is not None:  # the env's ground hook: per turn, the share of true claims
+        record["grounding"] = list(t.grounding)
+    return record
 
 
 def save_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory],

@@ -6,6 +6,9 @@ parse (see :func:`ragen2.rollout.parsing.parse_response`) is **not** sent to the
 turn gets ``format_penalty``, the env state is unchanged, and the next observation is the current
 one prefixed with a one-line note. An action the env reports as invalid
 (``info["action_is_valid"] is False``) also gets ``format_penalty`` on top of the env's reward.
+An env with the optional ``ground(reasoning)`` hook is asked, every turn and before the turn's
+action is applied, whether the reasoning states its true state (``Trajectory.grounding``); a hook
+that raises or returns anything but None or a share in [0, 1] fails the episode like an env error.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import random
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
@@ -165,6 +169,8 @@ def run_episodes(
             pool.append(make_env(spec.env))
         traj = Trajectory(spec.env_seed, spec.group_id, policy.policy_version, env_name=spec.env,
                           temperature_scale=spec.temperature_scale)
+        if grounding_hook(pool[k]) is not None:
+            traj.grounding = []
         episodes.append(EpisodeState(pool[k], traj))
 
     def reset(ep: EpisodeState) -> None:
@@ -274,14 +280,40 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     traj.think_spans.append(span)
     if traj.num_turns == 1:
         traj.first_think, traj.think_span = think, span
+    if traj.grounding is not None:  # the env's verdict, before the action changes its state
+        try:
+            traj.grounding.append(None if think is None else ground_reasoning(ep.env, think))
+        except Exception as e:  # noqa: BLE001  (env code is the user's: the episode fails)
+            traj.grounding.append(None)
+            ep.done = True
+            traj.env_error = f"{type(e).__name__} in ground(): {e}"[:500]
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
-        return parsed.answer
+        return None if ep.done else parsed.answer
     traj.num_format_errors += 1
     traj.turn_rewards.append(format_penalty)
     ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
     traj.observations.append(ep.observation)
     return None
+
+
+def grounding_hook(env: gym.Env) -> Callable[[str], Any] | None:
+    """The env's optional ``ground(reasoning)`` (on the unwrapped env), None when it has none or
+    sets ``ground = None`` to opt out."""
+    hook = getattr(env.unwrapped, "ground", None)
+    return hook if callable(hook) else None
+
+
+def ground_reasoning(env: gym.Env, reasoning: str) -> float | None:
+    """``env.ground(reasoning)``, checked: None (nothing checkable) or a share in [0, 1]."""
+    value = grounding_hook(env)(reasoning)  # type: ignore[misc]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{type(env.unwrapped).__name__}.ground() returned {value!r}; it must "
+                         "return None (nothing checkable) or the share of true claims, a number "
+                         "in [0, 1] (docs/reference/environments.md)")
+    return float(value)
 
 
 def split_actions(answer: str, actions_per_turn: int, sep: str) -> list[str]:

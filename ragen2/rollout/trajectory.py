@@ -44,6 +44,11 @@ class Trajectory:
     think_span: tuple[int, int] | None = None
     #: the same span for every turn (``think_spans[0] == think_span``): the MI monitor's later turns
     think_spans: list[tuple[int, int] | None] = field(default_factory=list)
+    #: per turn, the env's verdict on that turn's reasoning (its optional ``ground(reasoning)``,
+    #: against the state before the turn's action): the share of the stated claims that are true,
+    #: None where the turn had no reasoning or it stated nothing checkable; None (no list) when the
+    #: env has no ``ground`` (docs/reference/environments.md)
+    grounding: list[float | None] | None = None
     responses: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     env_error: str | None = None  # what the env raised; the episode is then excluded from training

@@ -64,6 +64,9 @@ def make_run(root: Path, kind: str = "informative", metrics: list[dict] | None =
              steps=(1, 2, 3)) -> Path:
     run = root / f"run_{kind}"
     (run / "rollouts").mkdir(parents=True)
+    # 8 episodes a step: under the default minimum sample of an MI value (monitor.min_samples)
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("monitor:\n  min_samples: 2\n")
     for s in steps:
         _write_gz(run / "rollouts" / f"step_{s:06d}.jsonl.gz", _episodes(s, kind))
     if metrics is not None:
@@ -151,7 +154,7 @@ def test_load_rollouts_without_folder_is_empty(tmp_path):
 
 # ---------------------------------------------------------------------------------- plug-in step
 def test_plugin_step_informative_vs_template():
-    info = plugin_step(1, _episodes(1, "informative"))
+    info = plugin_step(1, _episodes(1, "informative"), min_samples=2)
     assert info["n_inputs"] == 4 and info["n_clusters"] == 4
     assert info["mi_raw"] == pytest.approx(LOG4)
     assert info["mi"] == pytest.approx(LOG4 + 3 / 16)
@@ -162,7 +165,7 @@ def test_plugin_step_informative_vs_template():
     assert info["mi_floor_mean"] < info["mi_floor_q95"] < info["mi"]
     assert info["log_n_inputs"] == pytest.approx(LOG4)
 
-    tmpl = plugin_step(1, _episodes(1, "template"))
+    tmpl = plugin_step(1, _episodes(1, "template"), min_samples=2)
     assert tmpl["n_clusters"] == 1
     assert tmpl["mi_raw"] == pytest.approx(0.0, abs=1e-12)
     assert tmpl["mi"] == pytest.approx(0.0, abs=1e-12)
@@ -173,7 +176,7 @@ def test_plugin_step_informative_vs_template():
 def test_plugin_step_null_reasoning_is_its_own_cluster():
     # inputs 0, 1 -> own clusters; inputs 2, 3 -> null -> one "empty" cluster (p = 1/4, 1/4, 1/2)
     # I_raw = H(C) - H(C|X) = H(C) - 0 = 1.5 log 2
-    rec = plugin_step(1, _episodes(1, "empty_half"))
+    rec = plugin_step(1, _episodes(1, "empty_half"), min_samples=2)
     assert rec["n_empty_reasoning"] == 4 and rec["n_clusters"] == 3
     assert rec["mi_raw"] == pytest.approx(1.5 * math.log(2))
 

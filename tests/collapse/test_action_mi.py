@@ -220,10 +220,11 @@ def test_large_groups_are_split_into_even_smaller_ones():
         with pytest.raises(ValueError, match="max_group"):
             build_action_inputs(trajs, bad)
     # the monitor's default splits at 8: log 5 and log 4 bounds instead of log 9
-    out = MIMonitor(every=1, permutations=5).measure(trajs, _follow_scorer(), step=1).metrics
+    out = MIMonitor(every=1, min_samples=2, permutations=5).measure(
+        trajs, _follow_scorer(), step=1).metrics
     assert out["collapse/action/log_k"] == pytest.approx(
         (5 * math.log(5) + 4 * math.log(4) + 2 * math.log(2)) / 11)
-    whole = MIMonitor(every=1, permutations=5, action_max_group=None).measure(
+    whole = MIMonitor(every=1, min_samples=2, permutations=5, action_max_group=None).measure(
         trajs, _follow_scorer(), step=1).metrics
     assert whole["collapse/action/log_k"] == pytest.approx((9 * math.log(9) + 2 * math.log(2)) / 11)
 
@@ -267,8 +268,9 @@ def test_monitor_reports_collapse_action_metrics():
     def blind(contexts, conts, columns):
         return np.full(columns.shape, -1.0), np.ones(columns.shape)
 
-    dep = MIMonitor(every=1, permutations=10).measure(trajs, _follow_scorer(), step=1).metrics
-    dec = MIMonitor(every=1, permutations=10).measure(trajs, blind, step=1).metrics
+    dep = MIMonitor(every=1, min_samples=2, permutations=10).measure(
+        trajs, _follow_scorer(), step=1).metrics
+    dec = MIMonitor(every=1, min_samples=2, permutations=10).measure(trajs, blind, step=1).metrics
     pmi = math.log(4) - math.log1p(3 * math.exp(-20))
     assert dep["collapse/action/mi"] == pytest.approx(pmi)
     assert dep["collapse/action/mi_bound"] == pytest.approx(math.log(4))
@@ -281,9 +283,11 @@ def test_monitor_reports_collapse_action_metrics():
     assert dec["collapse/action/mi"] == 0.0 and dec["collapse/action/mi_p_value"] == 1.0
     assert dec["collapse/action/retrieval_acc@1"] == 0.25
     # the prompt-side metrics are computed as before, untouched by the action scoring
-    off = MIMonitor(every=1, permutations=10, action_mi=False).measure(trajs, _follow_scorer(), 1).metrics
+    off = MIMonitor(every=1, min_samples=2, permutations=10, action_mi=False).measure(
+        trajs, _follow_scorer(), 1).metrics
     assert not any(k.startswith("collapse/action/") for k in off)
     assert {k: v for k, v in dep.items() if not k.startswith("collapse/action/")} == off
     # one prompt only: no prompt-side MI, but the answers can still be compared
-    one = MIMonitor(every=1, permutations=10).measure(trajs[:4], _follow_scorer(), 1).metrics
+    one = MIMonitor(every=1, min_samples=2, permutations=10).measure(
+        trajs[:4], _follow_scorer(), 1).metrics
     assert "collapse/mi" not in one and one["collapse/action/mi"] == pytest.approx(pmi)

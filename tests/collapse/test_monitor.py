@@ -51,9 +51,10 @@ def test_measure_separates_input_dependent_from_template_reasoning():
             return logp, np.full(columns.shape, 2)
         return score
 
-    mon = MIMonitor(every=1, permutations=10)
+    mon = MIMonitor(every=1, min_samples=2, permutations=10)
     dep = mon.measure(trajs, scorer(True), step=1).metrics
-    tmpl = MIMonitor(every=1, permutations=10).measure(trajs, scorer(False), step=1).metrics
+    tmpl = MIMonitor(every=1, min_samples=2, permutations=10).measure(
+        trajs, scorer(False), step=1).metrics
     # dependent: matched -1, marginal logsumexp(-1, -6, -6, -6) - log 4
     marginal = math.log(math.exp(-1) + 3 * math.exp(-6)) - math.log(4)
     assert dep["collapse/mi"] == pytest.approx(-1 - marginal)
@@ -115,9 +116,9 @@ def test_a_later_turn_mi_separates_policies_the_first_turn_cannot():
     for any template); at turn 2 one reasons about its input, the other repeats a template."""
     driven = [two_turn(g, [50], [100 + g]) for g in range(4) for _ in range(4)]
     template = [two_turn(g, [50], [90]) for g in range(4) for _ in range(4)]
-    mon = MIMonitor(every=1, permutations=5, turn_negatives=0)
+    mon = MIMonitor(every=1, min_samples=2, permutations=5, turn_negatives=0)
     a = mon.measure(driven, _policy_scorer(True), 1).metrics
-    b = MIMonitor(every=1, permutations=5, turn_negatives=0).measure(
+    b = MIMonitor(every=1, min_samples=2, permutations=5, turn_negatives=0).measure(
         template, _policy_scorer(False), 1).metrics
     assert a["collapse/mi"] == pytest.approx(0.0) and b["collapse/mi"] == pytest.approx(0.0)
     assert a["collapse/turns/mi"] > b["collapse/turns/mi"] + 0.3
@@ -127,13 +128,16 @@ def test_a_later_turn_mi_separates_policies_the_first_turn_cannot():
 
 def test_later_turns_can_be_switched_off():
     trajs = [two_turn(g, [50], [100 + g]) for g in range(3) for _ in range(2)]
-    got = MIMonitor(every=1, permutations=5, turn_negatives=None).measure(
+    got = MIMonitor(every=1, min_samples=2, permutations=5, turn_negatives=None).measure(
         trajs, _policy_scorer(True), 1)
     out = got.metrics
     assert "collapse/mi" in out and not any(k.startswith("collapse/turns/") for k in out)
     assert got.token_entropy == out["collapse/token_entropy"]  # what the diagnosis keeps
-    none = MIMonitor(every=1, permutations=5, action_mi=False).measure(trajs[:2], _policy_scorer(True), 1)
-    assert none.metrics == {} and none.token_entropy is None  # one prompt: nothing measured
+    none = MIMonitor(every=1, min_samples=2, permutations=5, action_mi=False,
+                     turn_negatives=None).measure(trajs[:2], _policy_scorer(True), 1)
+    # one prompt: only the counts, no value, no token entropy (the entropy reference waits)
+    assert none.metrics == {"collapse/n_samples": 2.0, "collapse/n_prompts": 1.0}
+    assert none.token_entropy is None
 
 
 def test_turn_uniform_pairs_weigh_long_episodes_more():
@@ -153,7 +157,8 @@ def test_turn_uniform_pairs_weigh_long_episodes_more():
     assert len(by_traj.continuations) == len(by_turn.continuations) == 6
     with pytest.raises(ValueError, match="trajectory, turn"):
         build_turn_inputs(trajs, rng, "episode")
-    out = MIMonitor(every=1, permutations=5, turn_negatives=0, turn_uniform=True).measure(
+    out = MIMonitor(every=1, min_samples=2, permutations=5, turn_negatives=0,
+                    turn_uniform=True).measure(
         trajs, _policy_scorer(True), 1).metrics
     assert "collapse/turn_uniform/mi" in out and "collapse/turns/mi" in out
 

@@ -177,7 +177,7 @@ def test_a_panel_without_reasoning_counts_as_under_the_floor():
     assert a.observe_panel(3, None, None) is None
     a.observe_eval(4, 0.2)
     evidence = a.observe_panel(4, 0.0, 0.1)
-    assert evidence is not None and "step 3: no reasoning" in evidence
+    assert evidence is not None and "step 3: no value (too few samples)" in evidence
 
 
 def test_alert_state_round_trips():
@@ -276,7 +276,7 @@ def test_the_panel_measures_mi_with_intervals_and_writes_its_samples(tmp_path):
     from ragen2.collapse.panel import write_records
 
     prompts = [PanelPrompt("env", seeding.panel_seed(i), f"obs{i}") for i in range(4)]
-    panel = ProbePanel(prompts, samples=2, bootstrap=50, permutations=50, seed=0)
+    panel = ProbePanel(prompts, samples=2, bootstrap=50, permutations=50, seed=0, min_samples=8)
     got = panel.measure(_panel_trajs(), _scorer(True), step=5)
     m = got.metrics
     marginal = math.log(math.exp(-1) + 3 * math.exp(-6)) - math.log(4)

@@ -114,7 +114,7 @@ def test_build_turn_panel_inputs_reads_turn_k():
 
 def test_turn_panel_measure_is_panel_metrics_of_the_scored_matrix():
     prompts = [TurnPanelPrompt("fl", 10 + i, f"obs {i}", ("x", "y")) for i in range(3)]
-    panel = TurnPanel(prompts, samples=2, bootstrap=50, permutations=40, seed=7)
+    panel = TurnPanel(prompts, samples=2, bootstrap=50, permutations=40, seed=7, min_samples=6)
     assert panel.turn == 2 and len(panel.specs()) == 6 and panel.prefixes()[1] == ["x", "y"]
     trajs = [_traj(g, [g, 0, 0, 0, 1, 2], [(1, 2), (2, 3), (4, 6)]) for g in (0, 0, 1, 1, 2, 2)]
     logp = np.array([[-1.0, -3, -4], [-1.5, -3, -3], [-4, -1, -2], [-3, -1, -3],
@@ -144,8 +144,9 @@ def test_turn_panel_measure_is_panel_metrics_of_the_scored_matrix():
     assert got.healthy is bool(m[PREFIX + "healthy"])
     assert m[PREFIX + "turn"] == 2.0 and m[PREFIX + "reasoning_frac"] == 1.0
     assert m[PREFIX + "reasoning_tokens_mean"] == 2.0
-    none = panel.measure(trajs[:2], scorer, step=5)
-    assert none.metrics[PREFIX + "n_prompts"] == 0.0 and PREFIX + "mi" not in none.metrics
+    none = panel.measure(trajs[:2], scorer, step=5)  # one prompt: its counts, no value
+    assert none.metrics[PREFIX + "n_prompts"] == 1.0 and none.metrics[PREFIX + "n_samples"] == 2.0
+    assert PREFIX + "mi" not in none.metrics
     assert none.mi_lo is None and none.healthy is None
 
 

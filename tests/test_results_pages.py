@@ -1,0 +1,162 @@
+"""The published figures are generated: every generated block of the README and the results pages
+(``benchmarks/pages.py``) matches what its committed data generate, and no result is typed into
+``docs/results/*.md`` (or a README table) outside a generated block."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import pages  # noqa: E402  (benchmarks/pages.py)
+from results_pages import BLOCKS, data, real_models, robustness, smollm2  # noqa: E402
+
+
+def test_every_generated_block_matches_its_data():
+    assert pages.stale() == [], "regenerate the pages: python benchmarks/pages.py"
+
+
+def test_every_page_holds_generated_blocks():
+    for page in pages.PAGES:
+        assert pages.blocks((ROOT / page).read_text()), page
+
+
+def test_a_figure_edited_by_hand_is_stale(tmp_path):
+    for page in pages.PAGES:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text((ROOT / page).read_text())
+    page = tmp_path / "docs/results/robustness.md"
+    text = page.read_text()
+    assert "**0.535**" in text
+    page.write_text(text.replace("**0.535**", "**0.545**", 1))
+    assert pages.stale(tmp_path) == ["docs/results/robustness.md: generated: robustness-table"]
+
+
+def test_data_changed_without_regenerating_is_stale(monkeypatch):
+    doc = copy.deepcopy(data.load(robustness.DOC))
+    doc["labels"]["default"]["runs"]["w0_s0"]["after"] = 0.9
+    real = data.load
+
+    def load(path: str):
+        return doc if path == robustness.DOC else real(path)
+
+    monkeypatch.setattr(robustness, "load", load)
+    stale = pages.stale()
+    assert "docs/results/robustness.md: generated: robustness-table" in stale
+    assert "README.md: generated: readme-commands" in stale
+
+
+@pytest.mark.parametrize("page", pages.NO_LOOSE_NUMBERS)
+def test_no_result_is_typed_outside_a_generated_block(page):
+    loose = pages.loose_numbers((ROOT / page).read_text())
+    assert loose == [], (f"{page}: numbers outside generated blocks (generate them in "
+                         "benchmarks/results_pages/; a name or a setting: see pages.ALLOWED)")
+
+
+def test_no_readme_table_holds_a_typed_result():
+    text = (ROOT / "README.md").read_text()
+    outside = re.sub(r"^```.*?^```", "", pages.BLOCK.sub("", text), flags=re.S | re.M)
+    rows = "\n".join(line for line in outside.splitlines() if line.startswith("|"))
+    # the tiers' table: the tier's number and its budget are settings (.ci/run's budgets)
+    budgets = [(r"^\| [12] \|", "a tier"),
+               (r"\d+ min(?: of pytest| with the venv build)?", "a budget")]
+    assert pages.loose_numbers(rows, pages.ALLOWED + tuple(
+        (re.compile(p, re.M), w) for p, w in budgets)) == []
+
+
+def test_the_scan_finds_a_typed_number_and_lets_names_and_settings_be():
+    text = ("Held-out 0.398 -> 0.789 at commit 163f985 (2026-12-03, issue 28, Study 2, seed 2, "
+            "SmolLM2-135M on a 2-core machine, k = 1, H3a, `lr=1e-5`, [x](a1.md#b-2)).\n"
+            "<!-- generated: x -->\nthe 0.5 of a block\n<!-- /generated -->\n"
+            "```bash\nrun --steps 40\n```\nthen 3.3x and −0.070\n")
+    assert pages.loose_numbers(text) == ["line 1: 0.398", "line 1: 0.789", "line 8: 3.3",
+                                         "line 8: −0.070"]
+
+
+def test_the_staleness_table_takes_labels_and_shows_a_missing_one_as_not_run():
+    md = BLOCKS["staleness-table"]("staleness1_lr2.5e-4", "staleness0", "no_such_label")
+    head, _, *rows = md.splitlines()
+    assert "`no_such_label`" in head and "k = 1 − k = 0" in head
+    assert len(rows) == 7  # six seed pairs and the medians
+    assert all(r.split(" | ")[3] == "not run" for r in rows)
+    assert rows[0].startswith("| w0_s0 | 0.102 -> 0.477, +0.375")
+
+
+def test_wrapping_never_starts_a_line_with_markup():
+    line = "x " * 48 + "- y " + "`a b` " * 30
+    for part in pages.wrap(line).splitlines():
+        assert not re.match(r"[-+*] |\d+[.)] |[#>|]", part), part
+        assert part.count("`") % 2 == 0, part
+
+
+def test_a_value_under_min_samples_shows_its_count_not_a_value(tmp_path):
+    """No run: a hand-written metrics.jsonl and JSON rows (the overrides parsed are strings)."""
+    # a run's metrics: the batch's first turn from 11 samples, the panel from 64
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({
+        "step": 1, "collapse/mi": 0.3, "collapse/retrieval_acc@1": 0.7, "collapse/n_samples": 11,
+        "collapse/n_prompts": 4, "collapse/panel/mi": 1.2, "collapse/panel/n_samples": 64,
+        "collapse/panel/n_prompts": 16}) + "\n")
+    row = data.metrics(str(run))[1]
+    assert "collapse/mi" not in row and "collapse/retrieval_acc@1" not in row
+    assert row["collapse/n_samples"] == 11 and row["collapse/panel/mi"] == 1.2
+    assert data.no_value(row, "collapse/mi", 16) == "— (n = 11 < 16)"
+    # a JSON row logged before the counts were: the count its retrieval share implies
+    assert data.implied_samples(3 / 11, 16) == 11
+    assert data.implied_samples(0.5, 16) is None  # 2, 4, ... 16 all fit
+    old = {"collapse/mi": 0.028, "collapse/retrieval_acc@1": 3 / 11, "collapse/token_entropy": 0.4}
+    kept = data.under_rule(old, 16, 16)
+    assert set(kept) == {"collapse/token_entropy", "collapse/n_samples",
+                         "collapse/n_samples_implied"}
+    assert data.no_value(kept, "collapse/mi", 16) == "— (n = 11 < 16, implied)"
+    assert "collapse/mi" not in data.under_rule({**old, "collapse/retrieval_acc@1": 0.5}, 16, 16)
+    assert data.under_rule({**old, "collapse/retrieval_acc@1": 0.5}, 2, 16) == {
+        "collapse/token_entropy": 0.4}  # no count implied: withheld whatever the minimum
+    assert data.least_samples(["env=x", "monitor.min_samples=8"]) == 8
+    assert data.least_samples("ragen2.train env=x") == 16
+
+
+def test_real_models_withholds_the_small_sample_values():
+    cell = BLOCKS["gridworld-table"]().splitlines()[-1].split(" | ")[5]
+    assert cell == "— (n = 11 < 16, implied)"
+    assert "0.028" not in BLOCKS["gridworld-reading"]()
+    text = " ".join(BLOCKS["instruments"]().split())
+    assert "`collapse/action/mi` and its bound, p and retrieval show — (n = 11 < 16)" in text
+    assert "0.32 (bound" not in text
+    assert real_models._instrument_rows()[1] == 16
+
+
+@pytest.mark.parametrize("trained_on", [0, 5])
+def test_the_overlap_block_says_not_held_out_whenever_a_problem_was_trained_on(
+        monkeypatch, trained_on):
+    doc = copy.deepcopy(data.load(smollm2.OVERLAP))
+    for r in doc["runs"]:
+        r["distinct_trained_on"] = trained_on
+    monkeypatch.setattr(smollm2, "load", lambda path: doc if path == smollm2.OVERLAP
+                        else data.load(path))
+    monkeypatch.setattr(smollm2, "preset_split", lambda: (55, 162, 0.35, 55))
+    text = " ".join(BLOCKS["smollm2-heldout-overlap"]().split())
+    assert ("These are not held-out figures" in text) == (trained_on > 0)
+    assert ("These are held-out figures" in text) == (trained_on == 0)
+    assert ("pending" in text) == (trained_on > 0)
+    assert "holds out 55 of the 162 one-digit problems" in text
+    assert "evaluates each once (`trainer.eval_episodes=55`)" in text
+    row = smollm2.readme_smollm2_row()[2]
+    assert ("not held out" in row) == (trained_on > 0)
+
+
+def test_the_overlap_block_reports_every_part_and_kind():
+    text = BLOCKS["smollm2-heldout-overlap"]()
+    for name in ("problem never trained on", "problem trained on", "`a + b`, never trained on",
+                 "`a − b ≥ 0`, all", "`a − b < 0`, never trained on"):
+        assert f"| {name} |" in text, name
+    assert "+0.208 [-0.042, +0.458] over 24 episodes (seed 1)" in text
+    assert "+0.459 [+0.297, +0.622] over 37 episodes (seed 2)" in text
