@@ -1,0 +1,53 @@
+"""The generated blocks of the results pages: one function per block, each returning Markdown
+built from committed data (``benchmarks/results/``, ``benchmarks/collapse_study/``).
+
+:data:`BLOCKS` maps a block's name, as its marker names it (``<!-- generated: NAME ARG... -->``),
+to its function; the marker's arguments are passed to it as strings. ``benchmarks/pages.py``
+rewrites the blocks in place and checks them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import collapse, real_models, robustness, smollm2, speed
+from .data import table
+
+
+def readme_commands() -> str:
+    """The README's table of the two commands and the SmolLM2 preset."""
+    # no committed data holds the tiers' times: the row gives their budgets (.ci/run's)
+    test = ["`make test`", "within its budget: 5 min of pytest, 10 with the venv build "
+            "([measured](docs/development.md))",
+            "tier 1; `make test-e2e` runs tier 2 (budget 25 min)"]
+    return table(["command", "wall time", "result"],
+                 [robustness.readme_train_row(), test, smollm2.readme_smollm2_row()])
+
+
+BLOCKS: dict[str, Callable[..., str]] = {
+    "readme-commands": readme_commands,
+    "benchmarks-table": speed.benchmarks_table,
+    "robustness-table": robustness.robustness_table,
+    "robustness-other-seeds": robustness.robustness_other_seeds,
+    "robustness-staleness": robustness.robustness_staleness,
+    "staleness-table": robustness.staleness_table,
+    "smollm2-table": smollm2.smollm2_table,
+    "smollm2-heldout-overlap": smollm2.smollm2_heldout_overlap,
+    "smollm2-replies": smollm2.smollm2_replies,
+    "smollm2-mi": smollm2.smollm2_mi,
+    "smollm2-sync": smollm2.smollm2_sync,
+    "smollm2-time": smollm2.smollm2_time,
+    "smollm2-memory": smollm2.smollm2_memory,
+    "speed-setup": real_models.speed_setup,
+    "speed-table": real_models.speed_table,
+    "speed-step": real_models.speed_step,
+    "speed-correctness": real_models.speed_correctness,
+    "gridworld-setup": real_models.gridworld_setup,
+    "gridworld-table": real_models.gridworld_table,
+    "gridworld-reading": real_models.gridworld_reading,
+    "instruments": real_models.instruments,
+    "study2-setup": collapse.study2_setup,
+    "study2-findings": collapse.study2_findings,
+    "study1-setup": collapse.study1_setup,
+    "study1-findings": collapse.study1_findings,
+}

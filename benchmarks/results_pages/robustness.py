@@ -1,0 +1,181 @@
+"""Blocks from ``benchmarks/results/robustness.json``: the default job as a distribution over
+seeds (README, results/robustness.md) and the overlapped-generation comparison (how-to/async.md).
+
+The bar's runs are :func:`robustness.bar_grid` (warm-start seeds 0-2 x RL seeds 0-1); a label's
+other runs are shown beside them, never pooled with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import robustness as bench  # benchmarks/robustness.py
+
+from .data import count, f, floor_to, joined, load, median, minus, signed, signed_span, span, table
+
+DOC = "benchmarks/results/robustness.json"
+#: a label's name in the robustness table (its overrides are in the JSON; `default` has none)
+NAMES = {"default": "current (16 groups x 4, 3-epoch warm start)",
+         "pre_issue14": "the earlier default (8 groups x 4, 1 epoch)"}
+#: a remark on one run of one label, shown in its cell of the staleness table
+NOTES = {("staleness1_lr2.5e-4", "w0_s0"): "the run the rate was chosen on"}
+
+
+def label(name: str) -> dict[str, Any] | None:
+    return load(DOC)["labels"].get(name)
+
+
+def grid(name: str) -> dict[str, dict]:
+    """The label's finished runs on the bar's grid (none for a label not in the JSON)."""
+    runs = (label(name) or {"runs": {}})["runs"]
+    return {k: r for k, r in sorted(runs.items())
+            if k in bench.bar_grid() and r["returncode"] == 0 and r["gain"] is not None}
+
+
+def summary(name: str) -> dict[str, Any]:
+    """Median, min and max of before, after, gain and wall time over the label's grid."""
+    return bench.summarize(grid(name))
+
+
+def _override(name: str, key: str) -> str | None:
+    return next((o.split("=", 1)[1] for o in (label(name) or {}).get("overrides", [])
+                 if o.startswith(key + "=")), None)
+
+
+def _dates(runs: dict[str, dict]) -> str:
+    days = sorted({r["finished"][:10] for r in runs.values()})
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def robustness_table() -> str:
+    """The default job against the earlier default: medians (min-max) of before, after, gain and
+    wall time over the bar's grid."""
+    rows = []
+    for name in ("default", "pre_issue14"):
+        s = summary(name)
+        b, a, g, w = s["before"], s["after"], s["gain"], s["wall_s"]
+        mark = "**" if name == "default" else ""
+        rows.append([NAMES[name], f"{f(b['median'])} ({span(b['min'], b['max'])})",
+                     f"{mark}{f(a['median'])}{mark} ({span(a['min'], a['max'])})",
+                     f"{mark}{signed(g['median'])}{mark} ({signed_span(g['min'], g['max'])})",
+                     f"{w['median']:.0f} s ({w['min']:.0f}-{w['max']:.0f} s)"])
+    cur = grid("default")
+    steps = max(p["step"] for r in cur.values() for p in r["curve"])
+    head = ["default job", "before RL", f"after {steps} RL steps", "gain", "wall time, cold caches"]
+    return """
+Measured {date} on one 2-core machine, the baseline (the earlier default, {groups} groups x {size}
+and a {epochs}-epoch warm start, recorded under the label `pre_issue14`) and the current default in
+the same sitting; held-out success on `trainer.eval_episodes=128` held-out seeds, same sampling
+protocol before and after:
+
+{table}
+
+Medians, (min-max) over the {n} runs.""".format(
+        date=_dates(cur | grid("pre_issue14")),
+        groups=_override("pre_issue14", "rollout.env_groups"),
+        size=_override("pre_issue14", "rollout.group_size"),
+        epochs=_override("pre_issue14", "trainer.warm_start.epochs"), table=table(head, rows),
+        n=len(cur))
+
+
+def robustness_other_seeds() -> str:
+    """The default job's runs on seeds outside the bar's grid (not tuned on)."""
+    floor = floor_to(min(r["gain"] for r in grid("default").values()))
+    others = {k: r for k, r in sorted(label("default")["runs"].items())
+              if k not in bench.bar_grid()}
+    if not others:
+        return f"Every run gained at least {floor}."
+    runs = [f"warm-start seed {r['warm_seed']} x RL seed {r['rl_seed']} {'went ' * (i == 0)}"
+            f"{f(r['before'])} -> {f(r['after'])} ({signed(r['gain'])}, {r['wall_s']:.0f} s)"
+            for i, r in enumerate(others.values())]
+    return """
+Every run gained at least {floor}. On seeds it was not tuned on (`--warm-seeds {warm} --rl-seeds
+{rl}`, commit {commits}, {date}): {runs}.""".format(
+        floor=floor, warm=" ".join(sorted({str(r["warm_seed"]) for r in others.values()})),
+        rl=" ".join(sorted({str(r["rl_seed"]) for r in others.values()})),
+        commits=", ".join(sorted({r["commit"] for r in others.values()})), date=_dates(others),
+        runs=joined(runs))
+
+
+def robustness_staleness() -> str:
+    """k = 1 at half the rate against k = 0, both measured on the same commit (robustness.md)."""
+    one, zero = summary("staleness1_lr2.5e-4")["gain"], summary("staleness0")["gain"]
+    plain = [r["gain"] for r in (label("staleness1") or {"runs": {}})["runs"].values()
+             if r["gain"] is not None]
+    default_rate = ("" if not plain else
+                    f"; at the default rate k = 1 gained {signed(plain[0], 2)} on the one pair run"
+                    if len(plain) == 1 else
+                    f"; at the default rate k = 1 gained {signed(min(plain), 2)} to "
+                    f"{signed(max(plain), 2)} on {count(len(plain))} pairs")
+    return """
+At `trainer.max_staleness=1 algorithm.lr=2.5e-4` the same {n} seed pairs (commit {commits}, cold
+caches) gained {one} median ({one_range}), against {zero} ({zero_range}) for k = 0 measured again
+on that commit{default_rate}.""".format(
+        n=count(len(grid("staleness1_lr2.5e-4"))),
+        commits=", ".join(sorted({r["commit"] for n in ("staleness1_lr2.5e-4", "staleness0")
+                                  for r in grid(n).values()})),
+        one=signed(one["median"]), one_range=signed_span(one["min"], one["max"]),
+        zero=signed(zero["median"]), zero_range=signed_span(zero["min"], zero["max"]),
+        default_rate=default_rate)
+
+
+def _describe(name: str) -> str:
+    """``k = 1 at lr 2.5e-4`` from a label's overrides ("" for a label not in the JSON)."""
+    k, lr = _override(name, "trainer.max_staleness"), _override(name, "algorithm.lr")
+    return "" if k is None else f"k = {k}" + (f" at lr {lr}" if lr else "")
+
+
+def staleness_table(*labels: str) -> str:
+    """Held-out success per seed pair of the bar's grid for each label, and the first label's
+    gain minus each other's; a label or a run not in the JSON reads "not run"."""
+    first, rest = labels[0], labels[1:]
+    keys = sorted(bench.bar_grid())
+
+    def head(name: str) -> str:
+        return f"{_describe(name)} (`{name}`)" if _describe(name) else f"`{name}`"
+
+    def diff_head(other: str) -> str:
+        k = [(_describe(n) or n).split(" at ")[0] for n in (first, other)]
+        lr = {_override(n, "algorithm.lr") for n in (first, other)}
+        same = f", both at lr {lr.pop()}" if len(lr) == 1 and None not in lr else ""
+        return f"{k[0]} − {k[1]}{same}"
+
+    def cell(name: str, key: str) -> str:
+        r = grid(name).get(key)
+        if r is None:
+            return "not run"
+        note = NOTES.get((name, key))
+        return f"{f(r['before'])} -> {f(r['after'])}, {signed(r['gain'])}" + (
+            f" ({note})" if note else "")
+
+    def diff(other: str, key: str) -> str:
+        a, b = grid(first).get(key), grid(other).get(key)
+        return minus(a["gain"] - b["gain"]) if a and b else "not run"
+
+    def medians(name: str) -> str:
+        g = summary(name)["gain"]
+        return "not run" if g is None else \
+            f"**{signed(g['median'])}** ({signed_span(g['min'], g['max'])})"
+
+    def median_diff(other: str) -> str:
+        a, b = grid(first), grid(other)
+        both = [k for k in keys if k in a and k in b]
+        if not both:
+            return "not run"
+        gap = summary(first)["gain"]["median"] - summary(other)["gain"]["median"]
+        pairs = median(a[k]["gain"] - b[k]["gain"] for k in both)
+        return f"{minus(gap)} between the medians ({minus(pairs)} median pair difference)"
+
+    rows = [[key, *[cell(n, key) for n in labels], *[diff(o, key) for o in rest]] for key in keys]
+    rows.append(["**median gain (range)**", *map(medians, labels), *map(median_diff, rest)])
+    return table(["run", *map(head, labels), *map(diff_head, rest)], rows)
+
+
+def readme_train_row() -> list[str]:
+    """The README's `make train` row: wall time and held-out success over the bar's grid."""
+    runs, s = grid("default"), summary("default")
+    w, b, a = s["wall_s"], s["before"], s["after"]
+    return ["`make train`",
+            f"~{w['median'] / 60:.0f} min ({w['min']:.0f}-{w['max']:.0f} s over {len(runs)} seeds)",
+            f"held-out success {f(b['median'])} -> {f(a['median'])} (median of {len(runs)} runs; "
+            f"every run gained >= {floor_to(min(r['gain'] for r in runs.values()))})"]
