@@ -31,6 +31,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "robustness-other-seeds": robustness.robustness_other_seeds,
     "robustness-staleness": robustness.robustness_staleness,
     "staleness-table": robustness.staleness_table,
+    "staleness-verdict": robustness.staleness_verdict,
     "smollm2-table": smollm2.smollm2_table,
     "smollm2-heldout-overlap": smollm2.smollm2_heldout_overlap,
     "smollm2-replies": smollm2.smollm2_replies,

@@ -171,6 +171,41 @@ def staleness_table(*labels: str) -> str:
     return table(["run", *map(head, labels), *map(diff_head, rest)], rows)
 
 
+#: runs a registration set aside as the ones a setting was chosen on (reported, never judged)
+TUNED_ON = {"staleness1_lr2.5e-4": ("w0_s0",)}
+
+
+def staleness_verdict(first: str, *baselines: str) -> str:
+    """The registered bar (:data:`robustness.NEAR_BAR`) judged as registered: on the grid's runs
+    the setting was not chosen on (:data:`TUNED_ON`), ``first`` against each baseline; the
+    six-pair figures beside it. A baseline with a missing confirmation run is "not decided"."""
+    confirm = sorted(bench.bar_grid() - set(TUNED_ON.get(first, ())))
+    bar = bench.NEAR_BAR
+    lines = []
+    for base in baselines:
+        a = {k: r for k, r in grid(first).items() if k in confirm}
+        b = {k: r for k, r in grid(base).items() if k in confirm}
+        missing = [k for k in confirm if k not in a or k not in b]
+        name = f"{_describe(base)} (`{base}`)" if _describe(base) else f"`{base}`"
+        if missing:
+            lines.append(f"- against {name}: **not decided**, {joined(missing)} not run yet.")
+            continue
+        ga, gb = (median(r["gain"] for r in x.values()) for x in (a, b))
+        floor_ok = min(r["gain"] for r in a.values()) >= bar["min_gain"]
+        near = abs(ga - gb) <= bar["median_gain_within"] + 1e-12
+        pairs = median(a[k]["gain"] - b[k]["gain"] for k in confirm)
+        six = summary(first)["gain"]["median"] - summary(base)["gain"]["median"]
+        lines.append(
+            f"- against {name}: every gain >= {bar['min_gain']} "
+            f"({'yes' if floor_ok else 'no'}, min {signed(min(r['gain'] for r in a.values()))}); "
+            f"medians {signed(ga)} and {signed(gb)}, {minus(ga - gb)} "
+            f"({'within' if near else 'outside'} {bar['median_gain_within']}; median pair "
+            f"difference {minus(pairs)}): **the bar {'holds' if floor_ok and near else 'fails'}**. "
+            f"On all six pairs the medians differ by {minus(six)}.")
+    return (f"Judged as registered, on the {count(len(confirm))} confirmation pairs "
+            f"({joined(confirm)}):\n\n" + "\n".join(lines))
+
+
 def readme_train_row() -> list[str]:
     """The README's `make train` row: wall time and held-out success over the bar's grid."""
     runs, s = grid("default"), summary("default")
