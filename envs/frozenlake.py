@@ -233,6 +233,15 @@ class FrozenLakeTextEnv(GridTextEnv):
             raise RuntimeError("ground() called before reset()")
         return share_right([cell == self._player for cell in stated_cells(reasoning, PLAYER_SUBJECT)])
 
+    # ------------------------------------------------------------------ state coordinates
+    def state_coordinates(self) -> dict[str, int]:
+        """The player's cell, 1-based as the observations write it: ``{"row": R, "col": C}``.
+        The MI monitor's contrast (:mod:`ragen2.collapse.contrast`) asks whether the reasoning
+        tells apart inputs of the same map that differ in one of them."""
+        if self._player is None:
+            raise RuntimeError("state_coordinates() called before reset()")
+        return {"row": self._player[0] + 1, "col": self._player[1] + 1}
+
     # ------------------------------------------------------------------ problem identity
     def problem_key(self) -> str:
         """The current map (after ``reset``) as ``frozenlake:`` and its rows joined by ``/``,

@@ -349,6 +349,17 @@ class SokobanTextEnv(GridTextEnv):
         claims += [cell in self._boxes for cell in stated_cells(reasoning, BOX_SUBJECT, many=True)]
         return share_right(claims)
 
+    # ------------------------------------------------------------------ state coordinates
+    def state_coordinates(self) -> dict[str, int | str]:
+        """The player's cell (1-based: ``row``, ``col``) and the boxes' cells as one value
+        (``boxes``: ``"R,C;R,C"``, 1-based, sorted). The MI monitor's contrast
+        (:mod:`ragen2.collapse.contrast`) asks whether the reasoning tells apart inputs of the
+        same level that differ in one of them (the player's row, its column, or the boxes)."""
+        if self._player is None:
+            raise RuntimeError("state_coordinates() called before reset()")
+        boxes = ";".join(f"{r + 1},{c + 1}" for r, c in sorted(self._boxes))
+        return {"row": self._player[0] + 1, "col": self._player[1] + 1, "boxes": boxes}
+
     # ------------------------------------------------------------------ problem identity
     def problem_key(self) -> str:
         """The current level (after ``reset``) as ``sokoban:`` and its initial board, rows

@@ -9,7 +9,8 @@ in a spawned child, and the ``cuda_ipc`` weight push between them (the strategy'
 ``--scratch``, outside ``OUT``):
 
 1. ``env``: GPU, torch, CUDA, bf16, packages;
-2. ``model``: the Qwen2-0.5B-shaped random model built offline (vocabulary 151,936), its final
+2. ``model``: the Qwen2-0.5B-shaped random model built offline (its vocabulary is the offline
+   BPE's, 390 tokens, under the spec's bound of 151,936), its final
    norm scaled so that its logits have a pretrained model's spread (std ``--logit-std`` over the
    vocabulary; a random model's are near-uniform, which would make every bf16 gap look small);
 3. ``nccl_group``: the ``nccl`` strategy's weight-sync group constructor (``ProcessGroupNCCL`` with
@@ -20,9 +21,11 @@ in a spawned child, and the ``cuda_ipc`` weight push between them (the strategy'
    the threshold the defaults derive from it; the learner's bf16 logprobs against fp32 ones;
 5. ``update``: ``--steps`` GRPO updates (KL to a reference model included) on a synthetic batch of
    ``--rows`` x ``--length`` tokens: time, tokens/s, loss and grad-norm finite, peak memory beside
-   ``ragen2.cluster.memory``'s estimate of the same terms;
-6. ``scorer``: the MI scorer's peak memory (``ragen2.learner.scoring``) for ``--score-rows`` x
-   ``--score-width`` continuations, at ``monitor.score_tokens`` and unsliced, beside the estimate;
+   ``ragen2.cluster.memory``'s estimate of the same terms (measured / estimated printed for the
+   resident state, the last update on top of it and the peak);
+6. ``scorer``: the MI scorer's time and peak memory (``ragen2.learner.scoring``) for
+   ``--score-rows`` x ``--score-width`` continuations, at ``--score-tokens``, unsliced and at the
+   budget ``monitor.score_tokens=null`` sizes to this device, beside the estimate;
 7. ``push``: ``--pushes`` consecutive ``cuda_ipc`` pushes, each after an update (the engine is
    stale before it: the probe gap and the checksums say so), with the memory of both processes
    after each, the checksums of ``ragen2.sync.checksum`` and the probe after each;
@@ -35,6 +38,9 @@ if any section failed.
 
     python launch/gpu_check.py --out OUT              # on the GPU machine (~3-5 min on one H200)
     python launch/gpu_check.py --device cpu --quick   # the CPU rehearsal (CI)
+
+Runnable from a checkout that is not installed (no ``PYTHONPATH`` needed: it puts the checkout on
+``sys.path``, and ragen2 finds ``envs/`` and ``configs/`` there, ``ragen2/_checkout.py``).
 """
 
 from __future__ import annotations
@@ -53,9 +59,8 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
-for p in (REPO, REPO / "envs"):  # runnable from a plain checkout, without `pip install -e .`
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+if str(REPO) not in sys.path:  # runnable from a plain checkout, without `pip install -e .`: ragen2
+    sys.path.insert(0, str(REPO))  # finds envs/ and configs/ beside it (ragen2/_checkout.py)
 
 #: the Qwen2-0.5B body (configs/model/qwen2_0.5b_random.yaml), random weights, BPE built offline
 QWEN2_05B = dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
@@ -190,6 +195,12 @@ def section_env(device: str) -> dict[str, Any]:
             out[m] = getattr(importlib.import_module(m), "__version__", "?")
         except Exception as e:  # noqa: BLE001
             out[m] = f"missing ({type(e).__name__})"
+    # which copy runs: an installed ragen2, or the checkout (envs/ as ragen2_envs: ragen2._checkout)
+    for m in ("ragen2", "ragen2_envs"):
+        try:
+            out[f"{m}_from"] = str(Path(importlib.import_module(m).__file__).parent)
+        except Exception as e:  # noqa: BLE001  (the sections that need it fail, naming it)
+            out[f"{m}_from"] = f"missing ({type(e).__name__}: {e})"
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda but torch sees no CUDA device")
     return out
@@ -321,46 +332,73 @@ def section_precision(learner: Any, engine: EngineProcess, ids: list[int],
 
 
 def section_update(learner: Any, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    """``--steps`` updates: time, tokens/s, loss and grad norm; on CUDA the peak, what stays
+    resident between updates (weights, Adam, reference) and what the last update added on top,
+    each beside ``ragen2.cluster.memory``'s estimate of the same terms."""
     import math
 
     import torch
 
-    if args.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    times, metrics = [], []
+    cuda = args.device == "cuda"
+    times, metrics, resident, above, peak = [], [], 0, 0, 0
     for step in range(1, args.steps + 1):
         batch = synthetic_batch(args.rows, args.length, vocab, learner.get_version(), step)
         _sync(args.device)
+        if cuda:  # each update's own peak above what it started from
+            torch.cuda.reset_peak_memory_stats()
+            resident = torch.cuda.memory_allocated()
         t0 = time.perf_counter()
         m = learner.update(batch, step=step)
         _sync(args.device)
         times.append(time.perf_counter() - t0)
         metrics.append(m)
+        if cuda:
+            above = torch.cuda.max_memory_allocated() - resident
+            peak = max(peak, resident + above)
     finite = all(math.isfinite(m["actor/loss"]) and math.isfinite(m["actor/grad_norm"])
                  for m in metrics)
     if not finite:
         raise RuntimeError(f"non-finite loss or grad norm: {metrics}")
     med = statistics.median(times[1:] if len(times) > 1 else times)  # the first one warms up
-    return {"steps": args.steps, "update_s": times, "update_s_median": med,
-            "tokens_per_s": args.rows * args.length / med,
-            "loss": [m["actor/loss"] for m in metrics],
-            "grad_norm": [m["actor/grad_norm"] for m in metrics],
-            "peak_mem_gib": _peak_gib(args.device), "estimate_gib": update_estimate(learner, args)}
+    est = update_estimate(learner, args)
+    out = {"steps": args.steps, "update_s": times, "update_s_median": med,
+           "tokens_per_s": args.rows * args.length / med,
+           "loss": [m["actor/loss"] for m in metrics],
+           "grad_norm": [m["actor/grad_norm"] for m in metrics],
+           "peak_mem_gib": peak / 2**30 if cuda else None, "estimate_gib": est["terms"]}
+    if cuda:  # measured / estimated, per part the measurement separates
+        gib = 2**30
+        out["measured_vs_estimate_gib"] = {
+            "resident (weights, Adam, reference)": [round(resident / gib, 3), est["resident"]],
+            "update above resident (gradients, gathered weights, activations, logits)":
+                [round(above / gib, 3), est["update"]],
+            "peak": [round(out["peak_mem_gib"], 3), est["peak"]]}
+        for k, (m_, e_) in out["measured_vs_estimate_gib"].items():
+            print(f"   {k}: measured {m_:.2f} GiB, estimated {e_:.2f} GiB ({m_ / e_:.2f}x)",
+                  flush=True)
+    return out
 
 
-def update_estimate(learner: Any, args: argparse.Namespace) -> dict[str, float]:
-    """``ragen2.cluster.memory``'s terms for this update, GiB (the measured peak calibrates them)."""
-    from ragen2.cluster.memory import logits_bytes_per_logit
+def update_estimate(learner: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``ragen2.cluster.memory``'s terms for this update, GiB: the preflight's own estimate for
+    these rows, micro-batches and dtype, on the model's config.json (the CUDA/NCCL overhead
+    aside: ``torch.cuda.max_memory_allocated`` does not see the context or the allocator's
+    fragmentation)."""
+    from dataclasses import replace
+
+    from ragen2.cluster.memory import estimate_memory
+    from ragen2.cluster.shapes import shape_from_config_json
 
     cfg = learner.cfg
-    params = sum(p.numel() for p in learner.model.parameters())
-    vocab = learner.model.get_output_embeddings().weight.shape[0]
-    b = {"float32": 4}.get(args.dtype, 2)
-    n_tok = args.micro_batch * args.length
-    terms = {"policy weights+Adam": 12 * params, "reference": 4 * params if cfg.algorithm.kl_coef > 0
-             else 0, "gradients": 4 * params, "gathered weights": b * params,
-             "logits": n_tok * vocab * logits_bytes_per_logit(b, cfg.algorithm.entropy_coef > 0)}
-    return {k: round(v / 2**30, 3) for k, v in terms.items()}
+    cfg = replace(cfg, cluster=replace(cfg.cluster, device="cuda"),
+                  rollout=replace(cfg.rollout, max_context_tokens=args.length))
+    shape = shape_from_config_json(learner.model.config.to_dict())
+    b = estimate_memory(cfg, 80 * 2**30, shape)
+    resident = {k: v for k, v in b.learner_terms.items() if k != "CUDA/NCCL overhead"}
+    gib = lambda x: round(x / 2**30, 3)  # noqa: E731
+    return {"terms": {k: gib(v) for k, v in {**resident, **b.update_terms}.items()},
+            "resident": gib(sum(resident.values())), "update": gib(sum(b.update_terms.values())),
+            "peak": gib(sum(resident.values()) + sum(b.update_terms.values()))}
 
 
 def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
@@ -387,20 +425,36 @@ def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def section_scorer(learner: Any, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
-    """Peak memory of the MI scorer on the learner's model, sliced and at once."""
+    """Time and peak memory of the MI scorer on the learner's model, sliced at
+    ``--score-tokens``, unsliced, and at the budget ``monitor.score_tokens=null`` picks on this
+    device (``ragen2.learner.probes.score_budget``), each beside the estimate of its largest
+    slice (``ragen2.cluster.memory.scorer_slice_bytes``)."""
     import numpy as np
     import torch
 
-    from ragen2.cluster.memory import scorer_bytes
+    from ragen2.cluster.memory import scorer_slice_bytes
+    from ragen2.cluster.shapes import shape_from_config_json
+    from ragen2.learner.probes import score_budget
     from ragen2.learner.scoring import score_continuations
 
     rng = np.random.default_rng(3)
-    ctx = rng.integers(3, vocab, 256).tolist()
+    context = 256
+    ctx = rng.integers(3, vocab, context).tolist()
     conts = [rng.integers(3, vocab, args.score_width).tolist() for _ in range(args.score_rows)]
-    logits_vocab = learner.model.get_output_embeddings().weight.shape[0]
+    shape = shape_from_config_json(learner.model.config.to_dict())
     b = {"float32": 4}.get(args.dtype, 2)
-    out: dict[str, Any] = {"rows": args.score_rows, "width": args.score_width}
-    for budget in (args.score_tokens, 0):
+    auto = score_budget(learner, context, args.score_width, args.score_rows)
+    out: dict[str, Any] = {"rows": args.score_rows, "width": args.score_width,
+                           "auto_budget": auto}
+    rows_of = lambda budget: args.score_rows if not budget else max(  # noqa: E731
+        1, min(args.score_rows, budget // args.score_width))
+    for budget in (args.score_tokens, 0, auto):
+        key = f"score_tokens_{budget}" if budget else "unsliced"
+        same = next((k for k, v in out.items() if isinstance(v, dict)
+                     and v["rows_per_slice"] == rows_of(budget)), None)
+        if same is not None:  # the same slices as a run above: not run twice
+            out.setdefault(key, {**out[same], "same_as": same})
+            continue
         if args.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -411,10 +465,10 @@ def section_scorer(learner: Any, args: argparse.Namespace, vocab: int) -> dict[s
             score_continuations(learner.model, ctx, conts, temperature=learner.temperature,
                                 device=learner.device, token_budget=budget)
         _sync(args.device)
-        key = f"score_tokens_{budget}" if budget else "unsliced"
-        tokens = budget or args.score_rows * args.score_width
-        out[key] = {"seconds": round(time.perf_counter() - t0, 3),
-                    "estimate_gib": round(scorer_bytes(tokens, logits_vocab, b) / 2**30, 3),
+        rows = rows_of(budget)
+        est = scorer_slice_bytes(shape, b, rows * args.score_width, rows, context)
+        out[key] = {"seconds": round(time.perf_counter() - t0, 3), "rows_per_slice": rows,
+                    "estimate_gib": round(est / 2**30, 3),
                     "peak_gib": round((torch.cuda.max_memory_allocated() - base) / 2**30, 3)
                     if args.device == "cuda" else None}
     return out
@@ -480,6 +534,11 @@ def section_generate(engine: EngineProcess, args: argparse.Namespace, vocab: int
 
 
 # -------------------------------------------------------------------------------------- main
+#: --quick's sizes (the CPU rehearsal)
+QUICK = dict(steps=2, rows=8, length=64, micro_batch=4, probe_tokens=160, gen_prompts=4,
+             gen_tokens=16, bucket_mb=1.0, pushes=3, score_rows=8, score_width=32, score_tokens=64)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
@@ -505,16 +564,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gen-prompts", type=int, default=64)
     ap.add_argument("--gen-tokens", type=int, default=256)
     ap.add_argument("--timeout", type=float, default=600.0, help="per engine request, seconds")
-    ap.add_argument("--quick", action="store_true", help="small sizes (the CPU rehearsal)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes (the CPU rehearsal); options given explicitly still win")
+    if ap.parse_known_args(argv)[0].quick:
+        ap.set_defaults(**QUICK)
     a = ap.parse_args(argv)
     a.model = a.model or ("qwen2_0.5b_random" if a.device == "cuda" else "tiny")
     a.dtype = a.dtype or ("bfloat16" if a.device == "cuda" else "float32")
     if a.device == "cpu" and a.dtype != "float32":
         ap.error("--device cpu computes in float32 (bf16 is ~10x slower on these CPUs)")
-    if a.quick:
-        a.steps, a.rows, a.length, a.micro_batch = 2, 8, 64, 4
-        a.probe_tokens, a.gen_prompts, a.gen_tokens, a.bucket_mb = 160, 4, 16, 1.0
-        a.pushes, a.score_rows, a.score_width, a.score_tokens = 3, 8, 32, 64
     if Path(a.scratch).resolve().is_relative_to(Path(a.out).resolve()):
         ap.error(f"--scratch {a.scratch} is inside --out {a.out}: only the summary and logs "
                  "belong there")

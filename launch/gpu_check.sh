@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, one prepared script (target: under 10 minutes on one H100/H200):
 #
-#     bash launch/gpu_check.sh [OUT_DIR] [WHEEL_DIR]
+#     bash launch/gpu_check.sh [OUT_DIR] [WHEEL_DIR] [gpu_check.py OPTIONS...]
 #
 # 1. launch/gpu_check.py, which needs only torch (CUDA build), transformers, tokenizers, numpy,
 #    omegaconf and gymnasium -- no Ray, Hydra or vLLM: the FSDP2 learner in bf16 on NCCL, the HF
@@ -9,7 +9,9 @@
 #    behind sync.probe_tolerance for bf16), bf16-vs-fp32 learner logprobs, GRPO updates with a KL
 #    reference (time, tokens/s, peak memory), the cuda_ipc push between the two processes (probe
 #    gap before/after), engine tokens/s -> OUT_DIR/summary.json. On the Qwen2-0.5B-shaped random
-#    model built offline (nothing is downloaded); PYTHONPATH is set, no install needed.
+#    model built offline (nothing is downloaded). No install of ragen2 needed: PYTHONPATH is the
+#    checkout, and ragen2 finds envs/ and configs/ there under their installed names
+#    (ragen2/_checkout.py). OPTIONS go to gpu_check.py (e.g. --rows 64 --micro-batch 16).
 # 2. only where ray, hydra and pytest import (the Docker image, or `make setup` with a CUDA torch):
 #    the GPU-marked tests (pytest -m gpu) and a 3-step RL run through the real CLI
 #    (model=qwen2_0.5b_random cluster=gpu_1 engine=hf, cuda_ipc sync, probe) with GPU memory
@@ -21,29 +23,35 @@
 # (~0.7 MB, carried with the checkout). Scratch files (the model, the installed wheels, the run's
 # checkpoints) go to SCRATCH (default ${TMPDIR:-/tmp}/ragen2_gpu_check), never into OUT_DIR:
 # only summaries and logs come back from a lent machine.
-# The CPU rehearsal of step 1 runs in CI: tests/test_gpu_check.py (--device cpu --quick).
+# DEVICE=cpu: the CPU rehearsal of step 1 (gpu_check.py --device cpu --quick), no CUDA needed, no
+# step 2. CI runs it from a copy of the checkout with an interpreter on whose path ragen2 is not
+# installed, and Ray, Hydra and vLLM cannot be imported (tests/test_gpu_check.py, tier 1).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${1:-${OUT:-gpu_check_out}}"
 WHEELS="${2:-}"
+shift $(( $# < 2 ? $# : 2 ))
+DEVICE="${DEVICE:-cuda}"
 PY="${PYTHON:-python3}"
 SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}/ragen2_gpu_check}"
 mkdir -p "$OUT" "$SCRATCH"
 export RAGEN2_CACHE="${RAGEN2_CACHE:-$SCRATCH/cache}" RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 \
        TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 \
-       PYTHONPATH="$PWD:$PWD/envs${PYTHONPATH:+:$PYTHONPATH}"
+       PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "$WHEELS" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SCRATCH/site" "$WHEELS"/*.whl || { echo "installing $WHEELS failed"; exit 2; }
   export PYTHONPATH="$PYTHONPATH:$SCRATCH/site"
 fi
-"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+[ "$DEVICE" = cpu ] || "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
   echo "no CUDA device visible: nothing to check"; exit 2; }
 status=0
 
 echo "== 1. learner, HF engine, probe and cuda_ipc push (launch/gpu_check.py)"
-timeout 420 "$PY" launch/gpu_check.py --out "$OUT" --scratch "$SCRATCH" 2>&1 | tee "$OUT/gpu_check.txt" | grep -v "it/s]"
+[ "$DEVICE" = cpu ] && set -- --device cpu --quick "$@"
+timeout 420 "$PY" launch/gpu_check.py --out "$OUT" --scratch "$SCRATCH" "$@" 2>&1 | tee "$OUT/gpu_check.txt" | grep -v "it/s]"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+[ "$DEVICE" = cpu ] && exit $status  # the rehearsal: step 2 needs a GPU
 
 if ! "$PY" -c "import ray, hydra, pytest" 2>/dev/null; then
   echo "== 2. skipped: ray, hydra or pytest is not installed (the full-stack checks need the image)"

@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("ragen2.analysis.analyze", "offline MI, plots and the diagnosis of a run's rollouts"),
     "sweep-report": ("ragen2.analysis.sweep_report", "a sweep's jobs as a markdown table and plots"),
     "memory": ("ragen2.cluster.__main__", "does a config fit its GPUs? the per-GPU memory estimate"),
+    "serve-env": ("ragen2.rollout.serve", "serve a Gymnasium text env over HTTP (train on it: "
+                                          "env.id=ragen2/Remote-v0)"),
 }
 ALIASES = {"plan": "memory", "evaluate": "eval", "sweep_report": "sweep-report"}
 

@@ -168,6 +168,9 @@ class ModelConfig:
 #: the HF engine's batch (sequences generated at once) when ``engine.hf_max_batch`` is null and it
 #: fits (and on CUDA, or with no host estimate): what the engine always used
 HF_MAX_BATCH = 256
+#: the MI scorer's slice budget (padded continuation tokens a forward) off CUDA when
+#: ``monitor.score_tokens`` is null: what the CPU always scored in (ragen2.learner.scoring)
+SCORE_TOKENS_CPU = 2048
 
 
 @dataclass
@@ -384,9 +387,11 @@ class MonitorConfig:
     turn_negatives: Optional[int] = 7
     turn_uniform: bool = False  # also pairs drawn uniformly over all turns (collapse/turn_uniform/*)
     action_mi: bool = True  # I(A; Z | X) on the first turn (collapse/action/*)
-    # padded continuation tokens the learner scores per forward (monitor, panel, action MI): its
-    # logits peak at score_tokens x vocabulary x (dtype bytes + 8) (ragen2.learner.scoring)
-    score_tokens: int = 2048
+    # padded continuation tokens the learner scores per forward (monitor, panel, action MI); null:
+    # sized to the free GPU memory (all at once where they fit, ragen2.learner.scoring.slice_budget),
+    # 2048 on the CPU; a number: that budget on every device (its logits peak at score_tokens x
+    # vocabulary x (dtype bytes + 8))
+    score_tokens: Optional[int] = None
     # the fixed probe panel (collapse/panel/*): held-out prompts measured at step 0 and every
     # `every` steps with fresh first-turn samples, bootstrap 95% intervals over its prompts
     panel_size: int = 32  # distinct prompts (0 = off)
@@ -398,6 +403,11 @@ class MonitorConfig:
     # the policy's reasoning at the next turn is measured (0 = off)
     panel_prefix_turns: int = 2
     panel_prefix_random: float = 0.5  # share of random moves in those scripted turns
+    # its contrast sets (collapse/panel/turns/contrast/<c>/*, ragen2.collapse.contrast): this many
+    # later-turn panel prompts each get up to 2 sibling states per coordinate, on the same map,
+    # differing in that coordinate only (envs with a state_coordinates hook; 0 = off, the
+    # default: each set costs panel_samples more episodes per sibling; collapse study 3 sets 8)
+    panel_contrast: int = 0
     # what the collapse alert and the diagnosis read (ragen2.collapse.instrument): auto = the
     # later-turn panel where the env has one, else the first turn | first_turn | later_turns
     alert_instrument: str = "auto"
@@ -420,8 +430,9 @@ class MonitorConfig:
         for n in ("every", "max_negatives", "grad_snr_every"):
             v = getattr(self, n)
             _check(v >= 0, f"{p}.{n}", v, "must be >= 0 (0 = off / all)")
-        _positive(self, p, "permutations", "grad_snr_buckets", "alert_patience", "max_rollbacks",
-                  "score_tokens")
+        _positive(self, p, "permutations", "grad_snr_buckets", "alert_patience", "max_rollbacks")
+        _check(self.score_tokens is None or self.score_tokens > 0, f"{p}.score_tokens",
+               self.score_tokens, "null (sized to the free memory) or > 0")
         _check(self.min_samples >= 2, f"{p}.min_samples", self.min_samples,
                "must be >= 2 (parsable reasoning samples an MI or retrieval value needs; an MI "
                "needs at least 2 prompts, so 2 samples)")
@@ -434,6 +445,8 @@ class MonitorConfig:
         _positive(self, p, "panel_permutations")
         _check(self.panel_prefix_turns >= 0, f"{p}.panel_prefix_turns", self.panel_prefix_turns,
                "must be >= 0 (0 = no later-turn panel)")
+        _check(self.panel_contrast >= 0, f"{p}.panel_contrast", self.panel_contrast,
+               "must be >= 0 (0 = no contrast sets)")
         _check(0 <= self.panel_prefix_random <= 1, f"{p}.panel_prefix_random",
                self.panel_prefix_random, "must be in [0, 1] (the share of random scripted moves)")
         _choice(self, p, "alert_instrument", ("auto", "first_turn", "later_turns"))

@@ -109,7 +109,8 @@ def _episode_stats(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]
 
 
 def check_env_errors(trajs: Sequence[Trajectory], max_frac: float, where: str) -> None:
-    """Raise :class:`EnvFailureError` when the share of episodes whose env raised is too high."""
+    """Raise :class:`EnvFailureError` when the share of episodes whose env raised is too high;
+    below it, log each failed episode's reason (the run log keeps what the samples may not)."""
     failed = [t for t in trajs if t.env_error is not None]
     if failed and len(failed) > max_frac * len(trajs):
         first = failed[0]
@@ -117,6 +118,11 @@ def check_env_errors(trajs: Sequence[Trajectory], max_frac: float, where: str) -
             f"{where}: {len(failed)} of {len(trajs)} episodes failed inside the env (more than "
             f"rollout.max_env_error_frac={max_frac}); first: env {first.env_name!r} seed "
             f"{first.env_seed}: {first.env_error}")
+    for t in failed[:5]:
+        log.warning("%s: an episode failed inside the env (left out of the update): env %r seed "
+                    "%d: %s", where, t.env_name, t.env_seed, t.env_error)
+    if len(failed) > 5:
+        log.warning("%s: %d more episodes failed inside the env", where, len(failed) - 5)
 
 
 def _spread(trajs: Sequence[Trajectory], n: int) -> list[Trajectory]:
@@ -130,10 +136,13 @@ def _spread(trajs: Sequence[Trajectory], n: int) -> list[Trajectory]:
 def learner_settings(cfg: Config) -> LearnerSettings:
     """What the learner needs from the engine and rollout sections, resolved once (the learner
     reads only its own sections, :mod:`ragen2.learner.settings`)."""
+    from ragen2.cluster.memory import scorer_reserve_bytes
+
     e, a = cfg.engine, cfg.algorithm
     return LearnerSettings(temperature=e.temperature if e.temperature > 0 else 1.0,
                            norm_tokens=a.loss_agg_norm_tokens or e.max_new_tokens * cfg.rollout.max_turns,
-                           max_staleness=cfg.trainer.max_staleness)
+                           max_staleness=cfg.trainer.max_staleness,
+                           score_reserve_bytes=scorer_reserve_bytes(cfg))
 
 
 class Controller:
@@ -483,14 +492,25 @@ class Controller:
             return None
         envs: dict[str, Any] = {}
 
-        def play(name: str, seed: int) -> Any:
+        def env_of(name: str) -> Any:
             if name not in envs:
                 envs[name] = make_env(entries[name].id, entries[name].kwargs)
-            return script_opening(envs[name], seed, k, m.panel_prefix_random)
+            return envs[name]
+
+        def play(name: str, seed: int) -> Any:
+            return script_opening(env_of(name), seed, k, m.panel_prefix_random)
 
         counts = allocate(m.panel_size, [e.share for e in self.train_envs])
         prompts = choose_turn_panel([(e.name, c) for e, c in zip(self.train_envs, counts)], play,
                                     seed_of=self._panel_seed)
+        siblings: list[Any] = []
+        if m.panel_contrast and len(prompts) >= 2:  # the contrast sets (collapse/contrast.py)
+            from ragen2.collapse.panel_turns import contrast_siblings
+
+            prompts, siblings = contrast_siblings(prompts, env_of, k, m.panel_prefix_random,
+                                                  m.panel_contrast)
+            log.info("later-turn probe panel: %d contrast sets, %d sibling states",
+                     len({q.base for q in siblings}), len(siblings))
         for env in envs.values():
             env.close()
         if len(prompts) < 2:
@@ -498,7 +518,7 @@ class Controller:
                      "after %d scripted turns", len(prompts), k)
             return None
         return TurnPanel(prompts, m.panel_samples, m.panel_bootstrap, m.panel_permutations,
-                         self.cfg.seed, min_samples=m.min_samples)
+                         self.cfg.seed, min_samples=m.min_samples, siblings=siblings)
 
     def panel_due(self, step: int) -> bool:
         every = self.cfg.monitor.every

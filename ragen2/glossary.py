@@ -8,7 +8,8 @@ set of fields. A placeholder in angle brackets stands for a segment that varies:
 
 * ``<env>``: an ``env.mix`` / ``env.eval`` entry name;
 * ``<k>``: a retrieval cut-off (1, 2, 4, 8); ``<i>``: a gradient-SNR bucket (0 = no reward spread);
-* ``<grade>``: an SNR grade (low, medium, high); ``<term>``: a regulariser (entropy, kl).
+* ``<grade>``: an SNR grade (low, medium, high); ``<term>``: a regulariser (entropy, kl);
+* ``<coord>``: a state coordinate an env reports (``state_coordinates()``: row, col, boxes).
 
 ``tests/test_reference.py`` fails when a key the code can log has no entry here: every literal key
 in ``ragen2/`` (a scan of its source) and every key of the smoke run's ``metrics.jsonl``.
@@ -114,6 +115,23 @@ GROUNDING = {
                       "check (a turn without reasoning counts as not checkable)",
 }
 
+CONTRAST = {
+    "acc@1": "share of the samples whose own input ranks first among itself and the inputs that "
+             "differ from it in this coordinate only (same map, every other coordinate equal; "
+             "ties broken uniformly): a part of the state cannot satisfy it (the primary measure)",
+    "chance@1": "mean of 1 / (1 + the sample's candidate values of the coordinate): what a "
+                "reasoning blind to the coordinate gets",
+    "acc@1_lo": "lower end of the 95% percentile bootstrap interval of acc@1, over prompts",
+    "acc@1_hi": "upper end of that interval",
+    "mi": "I(X_c; Z | X_-c) in nats: the MI estimate within the sample's equal-other-coordinates "
+          "slice (0 for a reasoning blind to the coordinate)",
+    "mi_bound": "mean log(slice size / inputs equivalent to the own one): the largest mi possible",
+    "n_samples": "samples with at least one input differing in this coordinate only, always "
+                 "logged; below monitor.min_samples (or 2 prompts) the scope logs its counts and "
+                 "no value",
+    "n_prompts": "the inputs of those samples (the interval's unit)",
+}
+
 FAMILIES: tuple[Family, ...] = (
     Family("Episodes", "Statistics of a batch of episodes: `rollout/` the step's training batch "
            "(unfiltered), `eval/` the held-out evaluation, `rollout/<env>/` and `eval/<env>/` each "
@@ -161,6 +179,15 @@ FAMILIES: tuple[Family, ...] = (
            "`collapse/panel/turns/grounding/` the later-turn panel.",
            ("collapse/grounding/", "collapse/turns/grounding/", "collapse/panel/grounding/",
             "collapse/panel/turns/grounding/"), GROUNDING),
+    Family("MI contrast", "Can the reasoning tell apart inputs that share everything but one "
+           "coordinate of the state (`<coord>`: the env's state_coordinates hook, FrozenLake "
+           "`row`, `col`; Sokoban also `boxes`; ragen2/collapse/contrast.py)? "
+           "`collapse/turns/contrast/<coord>/` the batch's later turns (candidates: other "
+           "trajectories' turns on the same map), `collapse/panel/turns/contrast/<coord>/` the "
+           "later-turn panel's contrast sets (monitor.panel_contrast: sibling states built to "
+           "differ in one coordinate).",
+           ("collapse/turns/contrast/<coord>/", "collapse/panel/turns/contrast/<coord>/"),
+           CONTRAST),
     Family("Collapse control", "The alert, the rollback and the diagnosis.", ("collapse/",), {
         "alert": "1 when the panel's MI stayed at its floor while held-out success stalled",
         "rollback": "1 at a step that rolled back to the newest healthy checkpoint",
@@ -248,7 +275,7 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 _SEGMENT = {"<env>": r"[A-Za-z0-9_.-]+", "<k>": r"\d+", "<i>": r"\d+",
-            "<grade>": r"(?:low|medium|high)", "<term>": r"(?:entropy|kl)"}
+            "<coord>": r"[A-Za-z0-9_]+", "<grade>": r"(?:low|medium|high)", "<term>": r"(?:entropy|kl)"}
 
 
 def patterns() -> list[tuple[str, str, str]]:

@@ -200,6 +200,13 @@ def _hydra_main(cfg) -> None:  # noqa: ANN001  (a DictConfig)
         _fail(f"writing into {run_dir} failed: {cause}; the run stopped. Latest checkpoint: "
               f"{ckpt.name if ckpt else 'none'} (free space, then rerun with trainer.resume=true)",
               code=1)
+    except Exception as e:  # an env that stops the run (an env server that stays down)
+        from ragen2.rollout.runner import stops_run
+
+        cause = getattr(e, "cause", None) or e  # through Ray: the worker's exception
+        if not stops_run(cause):
+            raise
+        _fail(f"{type(cause).__name__}: {cause}", code=1)
 
 
 def check_command_line(argv: Sequence[str]) -> None:

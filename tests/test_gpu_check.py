@@ -1,10 +1,13 @@
 """launch/gpu_check.py rehearsed on the CPU: the same sections a lent GPU runs (learner, HF engine
-in a second process, probe, weight push, generation), so the script cannot rot between loans."""
+in a second process, probe, weight push, generation), so the script cannot rot between loans; and
+launch/gpu_check.sh run as on a bare CUDA machine, from a checkout that is not installed."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,89 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+#: what a bare CUDA machine lacks besides ragen2 itself (gpu_check.sh's step 1 must not need them)
+BARE_MISSING = ("ray", "hydra", "vllm")
+
+
+def bare_checkout(tmp_path: Path, missing: tuple[str, ...] = BARE_MISSING) -> tuple[Path, dict]:
+    """A copy of the checkout (``ragen2/``, ``envs/``, ``configs/``, ``launch/``) and the
+    environment of an interpreter on whose path ragen2 is not installed: this venv's python with
+    ``-S`` (a wrapper script, ``$PYTHON``: its own site-packages and their ``.pth`` files, the
+    editable install's among them, are never read) and on ``PYTHONPATH`` a folder of links to
+    the venv's packages less ragen2's install, the ``.pth`` files and ``missing`` (absent, as on
+    a bare CUDA machine). Fast: nothing is installed, the copy is ~2 MB."""
+    copy = tmp_path / "checkout"
+    for d in ("ragen2", "envs", "configs", "launch"):
+        shutil.copytree(REPO / d, copy / d, ignore=shutil.ignore_patterns("__pycache__"))
+    drop = {"ragen2", *missing, *(f"{m}_core" for m in missing)}
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    for venv_site in (Path(p) for p in sys.path if p.endswith("site-packages")):
+        for entry in venv_site.iterdir():
+            top = entry.name.split("-")[0].split(".")[0]
+            if (top in drop or (top.endswith("_plugins") and top[:-8] in drop)
+                    or entry.suffix == ".pth" or entry.name.startswith("__editable__")):
+                continue
+            if not (site / entry.name).exists():
+                (site / entry.name).symlink_to(entry)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHON=str(python), PYTHONPATH=str(site), RAGEN2_CACHE=str(tmp_path / "cache"))
+    return copy, env
+
+
+def test_gpu_check_sh_runs_from_a_checkout_without_an_install(tmp_path):
+    """No run: ``DEVICE=cpu bash launch/gpu_check.sh OUT`` (step 1, the CPU rehearsal of
+    gpu_check.py, small sizes) from a copy of the checkout with an interpreter on whose path
+    ragen2 is not installed and Ray, Hydra and vLLM cannot be imported, as on a bare CUDA machine:
+    the first GPU run failed there in its first seconds (No module named 'ragen2_envs')."""
+    copy, env = bare_checkout(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["bash", str(copy / "launch" / "gpu_check.sh"), str(out), "", "--steps", "1",
+         "--pushes", "1", "--rows", "4", "--length", "32", "--probe-tokens", "64",
+         "--score-rows", "4", "--score-width", "16", "--gen-prompts", "2", "--gen-tokens", "4"],
+        env={**env, "DEVICE": "cpu", "SCRATCH": str(tmp_path / "scratch")}, cwd=tmp_path,
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed"] == [] and len(summary["sections"]) == 9
+    found = summary["sections"]["env"]
+    assert found["ragen2_from"] == str(copy / "ragen2")  # the copy, not this checkout's install
+    assert found["ragen2_envs_from"] == str(copy / "envs")
+    assert all(found[m].startswith("missing") for m in ("ray", "hydra", "vllm"))
+    assert summary["args"]["pushes"] == 1 and summary["args"]["micro_batch"] == 4  # over --quick
+    assert "== 2" not in proc.stdout  # DEVICE=cpu stops after step 1
+
+
+def test_gpu_check_py_and_the_cli_run_from_a_checkout_without_an_install(tmp_path):
+    """No run: ``python launch/gpu_check.py`` finds the checkout by its own path (no PYTHONPATH),
+    with ``envs/`` and ``configs/`` under their installed names (ragen2/_checkout.py), so the
+    modules its sections import load and Hydra composes the config from the copy (what
+    ``python -m ragen2.train`` does in a checkout)."""
+    copy, env = bare_checkout(tmp_path, missing=("ray", "vllm"))
+    probe = f"""
+import json, runpy, sys
+runpy.run_path({str(copy / "launch" / "gpu_check.py")!r}, run_name="gpu_check")
+import ragen2, ragen2_configs, ragen2_envs
+from ragen2.controller import learner_settings
+from ragen2.engines.hf import HFEngine
+from ragen2.learner.probes import score_budget
+from ragen2.learner.rank import LearnerRank
+from ragen2.sync.cuda_ipc import share_next_bucket
+from ragen2.compose import load_config
+cfg = load_config(["monitor.score_tokens=64"])
+print(json.dumps([m.__file__ for m in (ragen2, ragen2_envs, ragen2_configs)]
+                 + [cfg.monitor.score_tokens, "ray" in sys.modules]))
+"""
+    proc = subprocess.run([env["PYTHON"], "-c", probe], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert files == [str(copy / "ragen2" / "__init__.py"), str(copy / "envs" / "__init__.py"),
+                     str(copy / "configs" / "__init__.py"), 64, False]
 
 
 @pytest.mark.e2e

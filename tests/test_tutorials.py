@@ -63,7 +63,7 @@ def run_page(name: str, tmp_path: Path, timeout: float) -> Path:
 def test_every_tutorial_is_run_here():
     """No run: the pages are only read."""
     pages = {p.name for p in TUTORIALS.glob("*.md")}
-    tested = {"add-an-environment.md", "snr-sweep.md", "real-model.md"}
+    tested = {"add-an-environment.md", "snr-sweep.md", "real-model.md", "remote-env.md"}
     assert pages == tested
     for page in pages:
         assert "tests/test_tutorials.py" in (TUTORIALS / page).read_text()
@@ -107,3 +107,26 @@ def test_a_real_model(tmp_path, smollm2_path):
     root = run_page("real-model.md", tmp_path, timeout=600)
     ev = json.loads((root / "eval" / "smollm2" / "eval.json").read_text())
     assert ev["episodes"] == 4 and "eval/format_error_rate" in ev
+
+
+@pytest.mark.e2e
+def test_train_on_an_env_served_over_http(tmp_path):
+    """Own run: the tutorial's commands as typed: ``ragen2 serve-env`` in the background (port 0,
+    its URL in env.url), 2 steps on ``ragen2/Remote-v0`` pointed at it, the report, the server
+    stopped by the page's last command (here too if a command failed first)."""
+    try:
+        root = run_page("remote-env.md", tmp_path, timeout=600)
+    finally:
+        pid = tmp_path / "repo" / "serve.pid"
+        if pid.exists():
+            try:
+                os.kill(int(pid.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass  # stopped by the page itself
+    run = root / "outputs" / "remote"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert all(row.get("rollout/env_errors", 0) == 0 for row in rows)
+    assert any("collapse/grounding/checkable_frac" in row for row in rows)  # ground() over HTTP
+    assert "serving ragen2/FrozenLake-v0 at http://127.0.0.1:" in (root / "serve.log").read_text()
+    assert (run / "report.html").stat().st_size > 10_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import collapse, real_models, robustness, smollm2, speed
+from . import account, collapse, real_models, robustness, smollm2, speed
 from .data import table
 
 
@@ -51,4 +51,8 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "study2-findings": collapse.study2_findings,
     "study1-setup": collapse.study1_setup,
     "study1-findings": collapse.study1_findings,
+    # docs/results/step-account.md, once benchmarks/results/step_account.json is committed
+    "step-account-phases": account.step_account_phases,
+    "step-account-job": account.step_account_job,
+    "step-account-update": account.step_account_update,
 }

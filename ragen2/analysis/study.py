@@ -73,6 +73,15 @@ SERIES = {
     "panel_turns_grounded": "collapse/panel/turns/grounding/frac",  # the later-turn panel
     "panel_turns_grounded_lo": "collapse/panel/turns/grounding/frac_lo",
     "panel_turns_grounded_hi": "collapse/panel/turns/grounding/frac_hi",
+    # the contrast among inputs of one map that differ in one coordinate (ragen2.collapse.contrast)
+    "turns_contrast_col": "collapse/turns/contrast/col/acc@1",  # the batch's later turns
+    "turns_contrast_col_chance": "collapse/turns/contrast/col/chance@1",
+    "turns_contrast_row": "collapse/turns/contrast/row/acc@1",
+    "panel_turns_contrast_col": "collapse/panel/turns/contrast/col/acc@1",  # the panel's sets
+    "panel_turns_contrast_col_lo": "collapse/panel/turns/contrast/col/acc@1_lo",
+    "panel_turns_contrast_col_hi": "collapse/panel/turns/contrast/col/acc@1_hi",
+    "panel_turns_contrast_col_chance": "collapse/panel/turns/contrast/col/chance@1",
+    "panel_turns_contrast_row": "collapse/panel/turns/contrast/row/acc@1",
     "action_mi": "collapse/action/mi",  # I(A; Z | X): does the answer follow the reasoning
     "retrieval_acc": "collapse/retrieval_acc@1",
     "h_cond": "collapse/h_cond",
@@ -146,6 +155,8 @@ def run_summary(arm: str, seed: Hashable, metrics: Metrics, summary: dict[str, A
            "final_panel_mi": last("panel_mi"), "final_action_mi": last("action_mi"),
            "final_turns_grounded": last("turns_grounded"),
            "final_panel_turns_grounded": last("panel_turns_grounded"),
+           "final_turns_contrast_col": last("turns_contrast_col"),
+           "final_panel_turns_contrast_col": last("panel_turns_contrast_col"),
            "final_format_errors": last("format_errors"),
            "final_reasoning_tokens": last("reasoning_tokens"),
            "final_h_cond": last("h_cond"), "final_token_entropy": last("token_entropy"),
@@ -290,6 +301,8 @@ CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
                 ("turns_retrieval", "later-turn retrieval acc@1 (batch)"),
                 ("turns_grounded", "later-turn grounded fraction (batch)"),
                 ("panel_turns_grounded", "later-turn grounded fraction, fixed panel"),
+                ("panel_turns_contrast_col", "later-turn contrast acc@1, column, fixed panel"),
+                ("turns_contrast_col", "later-turn contrast acc@1, column (batch)"),
                 ("retrieval_acc", "retrieval acc@1"), ("token_entropy", "token entropy (nats)"),
                 ("action_mi", "I(A; Z | X), first turn (nats)"),
                 ("reward_spread", "group reward std"), ("kept_ratio", "kept ratio"),

@@ -30,8 +30,9 @@ learner rank, on top, the largest of three moments that never overlap
     and the gradient; the entropy's gradient path keeps two more fp32 copies: the GPU estimate's
     per-logit bytes, ``ragen2.cluster.memory``)
   * the MI monitor's scoring (``monitor.name=mi``): the gathered compute copy (sharded) and one
-    slice of ``S = monitor.score_tokens`` continuation tokens, ``S V (c + 8)`` (the logits, their
-    fp32 upcast and log-softmax; ``ragen2.learner.scoring`` slices by that budget)
+    slice of ``S = monitor.score_tokens`` continuation tokens (null: 2048 on the CPU,
+    ``SCORE_TOKENS_CPU``), ``S V (c + 8)`` (the logits, their fp32 upcast and log-softmax;
+    ``ragen2.learner.scoring`` slices by that budget)
   * loading (rank 0 of a sharded learner): one full fp32 copy ``4 P`` besides its shards
 rollout worker (one per ``rollout.num_workers``)
   * HF engine: ``HF_ENGINE_PROCESS``, weights ``c P``, and for each sequence it generates at once
@@ -63,7 +64,7 @@ from typing import Any, Iterator, Optional
 
 from ragen2.cluster.host import HostMemory, host_memory
 from ragen2.cluster.shapes import ModelShape, model_shape
-from ragen2.config import HF_MAX_BATCH, Config
+from ragen2.config import HF_MAX_BATCH, SCORE_TOKENS_CPU, Config
 
 GiB = 2**30
 LEARNER_PROCESS = 1.0 * GiB
@@ -73,7 +74,6 @@ DRIVER_PROCESS = 1.2 * GiB
 RAY_PROCESSES = 1.0 * GiB
 RAY_THRESHOLD = 0.95  # Ray's memory monitor default (RAY_memory_usage_threshold)
 MARGIN = 0.10
-SCORE_CHUNK = 64  # continuations per scoring forward before monitor.score_tokens existed
 #: the batches the plan chooses from below that (powers of 2 and 1.5x them): a coarse grid, so a
 #: few hundred MB more or less free memory at launch rarely changes the batch, and with it which
 #: samples a seed draws
@@ -190,7 +190,7 @@ def scoring_terms(cfg: Config, shape: ModelShape) -> dict[str, float]:
     if m.name != "mi" or not (m.every > 0 or m.panel_size > 0):
         return {}
     c, w = compute_bytes(cfg), cfg.cluster.learner_world_size
-    s = getattr(m, "score_tokens", SCORE_CHUNK * cfg.engine.max_new_tokens)
+    s = m.score_tokens or SCORE_TOKENS_CPU  # null: the scorer's budget on the CPU
     return {"gathered weights": c * shape.params() if (w > 1 or c == 2) else 0.0,
             "scoring logits": s * shape.vocab_size * (c + 8)}
 
@@ -384,9 +384,8 @@ def fix_advice(cfg: Config, b: HostBudget) -> str:
     elif cfg.engine.cpu_kvcache_gb > 1:
         out.append(f"a smaller engine.cpu_kvcache_gb (now {cfg.engine.cpu_kvcache_gb})")
     if b.scoring and sum(b.scoring.values()) >= sum(b.update.values()):
-        out.append("a smaller monitor.score_tokens" if hasattr(cfg.monitor, "score_tokens") else
-                   f"a smaller engine.max_new_tokens (the monitor scores {SCORE_CHUNK} "
-                   "continuations at once) or monitor.name=none")
+        now = cfg.monitor.score_tokens or SCORE_TOKENS_CPU
+        out.append(f"a smaller monitor.score_tokens (now {now})")
     if cfg.learner.lora.rank == 0:
         out.append("learner.lora.rank=16 (adapters only)")
     from ragen2.cluster.host import cpu_bf16

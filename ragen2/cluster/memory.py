@@ -28,11 +28,15 @@ learner, during the update, on top
   * activations of one micro-batch of ``N`` tokens: ``N = max(learner.micro_batch_tokens,
     rollout.max_context_tokens)`` when ``micro_batch_tokens > 0``, else ``algorithm.micro_batch_size
     x rollout.max_context_tokens`` (padded rows, no credit for the shared prefix). Per token and
-    layer a Llama/Qwen block keeps ``a = 2 (6 H + 2 kv d + 4 I)`` bytes in bf16 (the inputs of its
-    norms, projections, attention output with sdpa/flash, i.e. no ``s^2`` term, and the SwiGLU's
-    three ``I``-wide tensors); with ``learner.activation_checkpointing`` only each block's input
-    (``2 H`` bytes per layer) is kept plus one block being recomputed: ``N (2 H L + a)``, without
-    it ``N a L``
+    layer a Llama/Qwen block keeps ``a = 2 ((4 + b) H + 4) + 5 b q + 4 heads + 4 b I`` bytes
+    (:meth:`~ragen2.cluster.shapes.ModelShape.saved_bytes_per_token_layer`: its norms' fp32 inputs
+    and outputs, q and the repeated k and v, the attention output twice, sdpa's log-sum-exp, no
+    ``s^2`` term, and the SwiGLU's four ``I``-wide tensors; ``q = heads x d``), and the final
+    norm ``(4 + b) H``; with ``learner.activation_checkpointing`` only each block's input
+    (``b H`` bytes per layer) is kept plus one block being recomputed: ``N (b H L + a + (4 + b)
+    H)``, without it ``N (a L + (4 + b) H)``. Checked against an H200's measured peaks
+    (``benchmarks/results/gpu/2026-12-04_memory.json``, ``tests/cluster/test_memory.py``: the
+    learner's terms less the overhead within 25% of ``torch.cuda.max_memory_allocated``)
   * logits ``N V (b + 12)``, ``N V (b + 20)`` with ``algorithm.entropy_coef > 0``
     (:func:`logits_bytes_per_logit`): the logits in the compute dtype, their fp32 upcast, the
     saved log-softmax and the dense gradient the gather's backward scatters into; the entropy's
@@ -41,9 +45,12 @@ learner, during the update, on top
     entropy path holds ~18-22; ``launch/gpu_check.py`` measures the update's peak). The critic's
     forward/backward comes after the policy's and has no vocabulary, so it is not counted on top
 learner, while the MI monitor / probe panel scores (before the update, vLLM awake, colocated)
-  * resident + gathered weights + the scorer's logits ``monitor.score_tokens x V x (b + 8)``
-    (:func:`scorer_bytes`; ``ragen2.learner.scoring`` slices the continuations so that no more
-    are held; measured on the CPU by ``benchmarks/scorer_memory.py``)
+  * resident + gathered weights + one slice of ``S`` padded continuation tokens
+    (:func:`scorer_slice_bytes`: per token the logits, their fp32 upcast and log-softmax ``V (b +
+    8)``, the widest moment of a block's forward and the keys and values it caches; per row a
+    copy of the context's cache). ``S = monitor.score_tokens`` when set; null (the default) sizes
+    the slices to the free memory (:func:`ragen2.learner.scoring.slice_budget`), which never
+    goes below one ``engine.max_new_tokens`` continuation, so that is what must fit here
   * ``LEARNER_OVERHEAD`` (2 GiB): CUDA context, NCCL buffers, allocator fragmentation
   * loading: a learner that loads each model in fp32 and moves it to the GPU whole before sharding
     it peaks at ``4 P`` plus what is already resident; a sharded learner (W > 1, mixed precision or
@@ -209,11 +216,7 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
         n_tok = max(lc.micro_batch_tokens, ro.max_context_tokens)
     else:
         n_tok = alg.micro_batch_size * ro.max_context_tokens
-    a = shape.activation_bytes_per_token_layer()
-    if lc.activation_checkpointing:
-        update["activations"] = n_tok * (2 * shape.hidden_size * shape.num_layers + a)
-    else:
-        update["activations"] = n_tok * a * shape.num_layers
+    update["activations"] = activation_bytes(shape, n_tok, compute_b, lc.activation_checkpointing)
     update["logits"] = n_tok * shape.vocab_size * logits_bytes_per_logit(compute_b,
                                                                         alg.entropy_coef > 0)
     sharded = w > 1 or cfg.model.dtype != "float32" or offload
@@ -242,12 +245,25 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
             f"KV of {seqs} sequences": seqs * ro.max_context_tokens * shape.kv_bytes_per_token(wb),
             "logits": seqs * shape.vocab_size * 4}
     if cfg.monitor.name == "mi" and (cfg.monitor.every > 0 or cfg.monitor.panel_size > 0):
+        tokens = cfg.monitor.score_tokens or eng.max_new_tokens  # null: at least one row
         b.scorer_terms = {"gathered weights": gathered,
-                          "scorer logits": scorer_bytes(cfg.monitor.score_tokens,
-                                                        shape.vocab_size, compute_b)}
+                          "scorer slice": scorer_slice_bytes(
+                              shape, compute_b, tokens, max(1, tokens // eng.max_new_tokens),
+                              ro.max_context_tokens)}
     _judge(cfg, b)
     _judge_scorer(b)
     return b
+
+
+def activation_bytes(shape: ModelShape, tokens: int, compute_bytes: int,
+                     checkpointing: bool) -> int:
+    """The activations one micro-batch of ``tokens`` keeps for its backward (module docstring):
+    every block's saved tensors, or with activation checkpointing each block's input plus one
+    block recomputed; and the final norm's."""
+    a = shape.saved_bytes_per_token_layer(compute_bytes)
+    h, b = shape.hidden_size, compute_bytes
+    per_token = (b * h * shape.num_layers + a) if checkpointing else a * shape.num_layers
+    return tokens * (per_token + (4 + b) * h)
 
 
 def logits_bytes_per_logit(compute_bytes: int, entropy_grad: bool) -> int:
@@ -263,10 +279,41 @@ def logits_bytes_per_logit(compute_bytes: int, entropy_grad: bool) -> int:
 
 
 def scorer_bytes(score_tokens: int, vocab_size: int, compute_bytes: int) -> int:
-    """Peak bytes of the MI scorer's logits (``ragen2.learner.scoring.score_continuations``):
-    ``score_tokens`` positions of logits in the compute dtype, their fp32 upcast and the fp32
-    log-softmax. No gradients: scoring runs under ``torch.no_grad``."""
+    """The MI scorer's logits (``ragen2.learner.scoring.score_continuations``): ``score_tokens``
+    positions of logits in the compute dtype, their fp32 upcast and the fp32 log-softmax. No
+    gradients: scoring runs under ``torch.no_grad``. The logits' share of
+    :func:`scorer_slice_bytes` (what the CPU host estimate counts)."""
     return score_tokens * vocab_size * (compute_bytes + 8)
+
+
+def scorer_slice_bytes(shape: ModelShape, compute_bytes: int, tokens: int, rows: int,
+                       context: int) -> int:
+    """Peak bytes of one scorer slice of ``rows`` continuations, ``tokens`` padded tokens in
+    all, under a ``context``-token prompt (``ragen2.learner.scoring.score_continuations``;
+    :meth:`~ragen2.cluster.shapes.ModelShape.scorer_bytes_per_token` and ``_per_row``). An H200
+    measured 0.14, 0.38 and 1.39 GiB above its base for 5, 16 and 64 rows of 400 tokens under 256
+    (this: 0.11, 0.35, 1.41; ``benchmarks/results/gpu/2026-12-04_memory.json``)."""
+    return (tokens * shape.scorer_bytes_per_token(compute_bytes)
+            + rows * shape.scorer_bytes_per_row(compute_bytes, context))
+
+
+def scorer_reserve_bytes(cfg: Config) -> int:
+    """What an engine beside a learner rank on its GPU may still allocate while the learner
+    scores (the scorer sizes its slices to the free memory less this): with ``engine=hf``
+    colocated, its KV cache and logits for the sequences it generates at once (it allocates them
+    as it generates, and with ``trainer.max_staleness > 0`` it generates while the learner
+    scores); 0 for vLLM (its budget, KV cache included, is allocated when it starts, and it is
+    awake whenever the learner scores), for ``cluster.layout=split`` and off CUDA."""
+    c = cfg.cluster
+    if c.device != "cuda" or c.layout != "colocated" or cfg.engine.name != "hf":
+        return 0
+    shape = model_shape(cfg)
+    if shape is None:
+        return 0
+    wb = DTYPE_BYTES.get(cfg.model.dtype, 2)
+    seqs = min(_episodes_per_worker(cfg), cfg.engine.hf_max_batch or 1 << 30)
+    return int(seqs * (cfg.rollout.max_context_tokens * shape.kv_bytes_per_token(wb)
+                       + shape.vocab_size * 4))
 
 
 def engine_outside_budget(enforce_eager: bool) -> dict[str, float]:
@@ -379,8 +426,9 @@ def fix_advice(cfg: Config, b: MemoryBudget) -> str:
             out.append(f"a lower engine.gpu_memory_utilization (now {eng.gpu_memory_utilization:g})")
         tokens = "learner.micro_batch_tokens" if lc.micro_batch_tokens > 0 else "algorithm.micro_batch_size"
         out.append(f"a smaller {tokens}")
-        if b.scorer_terms:
-            out.append(f"a smaller monitor.score_tokens (now {cfg.monitor.score_tokens})")
+        if b.scorer_terms and cfg.monitor.score_tokens:
+            out.append(f"a smaller monitor.score_tokens (now {cfg.monitor.score_tokens}) or null "
+                       "(the scorer's slices sized to the free memory)")
     if b.hf_engine_terms:
         out.append("engine=vllm (a fixed KV budget; it queues what does not fit)")
         out.append(f"a smaller trainer.eval_episodes (now {cfg.trainer.eval_episodes}) or "

@@ -54,9 +54,47 @@ class ModelShape:
         return 2 * self.num_layers * self.num_kv_heads * self.d * dtype_bytes
 
     def activation_bytes_per_token_layer(self) -> int:
-        """``a`` of the module docstring: bf16 tensors a block keeps for its backward."""
+        """The CPU host estimate's ``a`` (:mod:`ragen2.cluster.host_memory`): bf16 bytes a block
+        keeps for its backward, counted before the GPU measured them (the GPU estimate counts
+        :meth:`saved_bytes_per_token_layer`, ~17% more for Qwen2-0.5B)."""
         h = self.hidden_size
         return 2 * (6 * h + 2 * self.num_kv_heads * self.d + 4 * self.intermediate_size)
+
+    def saved_bytes_per_token_layer(self, compute_bytes: int = 2) -> int:
+        """Bytes a Llama/Qwen block keeps per token for its backward, as transformers' modules
+        save them under autograd (``b = compute_bytes``, ``q = heads x d``):
+
+        * each of its two RMSNorms: the fp32 input it upcasts to (``4 H``), its output in the
+          compute dtype that the projections after it save (``b H``) and the fp32 ``rstd`` (4);
+        * attention: q after RoPE, k and v repeated to every head (``repeat_kv``, taken whenever
+          a mask is passed), sdpa's output and o_proj's contiguous input, ``5 b q``; sdpa's fp32
+          log-sum-exp (4 a head; no ``T^2`` term with sdpa or flash attention);
+        * the SwiGLU: gate, silu(gate), up and their product, ``4 b I``.
+
+        Qwen2-0.5B in bf16: 58,688 bytes; an H200 measured 57,800 (the slope of three update peaks:
+        ``benchmarks/results/gpu/2026-12-04_memory.json``).
+        """
+        h, b, q = self.hidden_size, compute_bytes, self.num_heads * self.d
+        norms = 2 * ((4 + b) * h + 4)
+        attention = 5 * b * q + 4 * self.num_heads
+        return norms + attention + 4 * b * self.intermediate_size
+
+    def scorer_bytes_per_token(self, compute_bytes: int) -> int:
+        """Peak bytes of the MI scorer per padded continuation token (no autograd, so nothing is
+        kept but the cache): the keys and values the context's cache takes on for it (``2 L kv d
+        b``), the widest moment of a block's forward (the SwiGLU's three ``I``-wide tensors beside
+        the residual and the norm's output: ``b (3 I + 2 H)``) and the logits with their fp32
+        upcast and log-softmax (``V (b + 8)``; the two moments do not overlap, so the sum is a
+        little high). :func:`ragen2.cluster.memory.scorer_slice_bytes` adds up a slice."""
+        b, h = compute_bytes, self.hidden_size
+        return (self.kv_bytes_per_token(b) + b * (3 * self.intermediate_size + 2 * h)
+                + self.vocab_size * (b + 8))
+
+    def scorer_bytes_per_row(self, compute_bytes: int, context: int) -> int:
+        """Per scored row: its copy of the context's cache, and that context's keys and values
+        repeated to every head for the layer that attends (``repeat_kv``)."""
+        q = self.num_heads * self.d
+        return context * (self.kv_bytes_per_token(compute_bytes) + 2 * compute_bytes * q)
 
 
 def _qwen(name, h, layers, heads, kv, inter, vocab=151_936, tied=True) -> ModelShape:

@@ -11,6 +11,9 @@ panel.py      the fixed probe panel (first turns); panel_turns.py: its later tur
               mid-episode states; instrument.py: which of them the alert and the diagnosis read
 grounding.py  the grounded fraction: the env's own check of the state the reasoning states
               (its optional ground hook), on the batch and the panels, intervals over prompts
+contrast.py   the contrast among inputs that differ in one state coordinate (the env's optional
+              state_coordinates hook): retrieval and conditional MI a part of the state cannot
+              satisfy, on the batch's later turns and the later-turn panel's contrast sets
 alert.py      the collapse alert
 withhold.py   the minimum sample of every MI and retrieval value (monitor.min_samples)
 """

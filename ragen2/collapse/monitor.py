@@ -10,7 +10,9 @@ SPEC's definition) plus a per-token-mean variant and a permutation null (``mi_nu
 
 With ``action_mi`` it also asks whether the first turn's action follows its reasoning,
 I(A; Z | X) under ``collapse/action/*`` (:mod:`ragen2.collapse.action_mi`): every answer scored
-under its own and the other reasonings of its group.
+under its own and the other reasonings of its group. Where the envs report state coordinates, the
+later turns also get the contrast among inputs that differ in one coordinate,
+``collapse/turns/contrast/<c>/*`` (:mod:`ragen2.collapse.contrast`).
 
 Every measurement logs its counts (``n_samples``, ``n_prompts``; the action MI ``n_groups``);
 one with fewer than ``min_samples`` samples (``monitor.min_samples``) or fewer than 2 prompts logs
@@ -28,6 +30,7 @@ import torch
 
 from ragen2.collapse.action_mi import (ActionInputs, build_action_inputs,
                                        conditional_mutual_information, score_actions)
+from ragen2.collapse.contrast import measure_contrast, state_key
 from ragen2.collapse.mi import (EMA, choose_negatives, mutual_information,
                                 mutual_information_subsampled, permutation_null)
 from ragen2.collapse.withhold import MIN_SAMPLES
@@ -57,6 +60,9 @@ class MonitorInputs:
     prompt_keys: list[str]  # the prompt text: identical prompts are equivalent for retrieval
     continuations: list[list[int]]  # one per sample
     owner: np.ndarray  # (S,) prompt index of each sample
+    #: per prompt, its state for the contrast (:func:`ragen2.collapse.contrast.state_key`: the
+    #: env and seed, and the coordinates its env reported); None where the envs report none
+    states: list | None = None
 
 
 def build_inputs(trajs: Sequence[Trajectory], min_prompts: int = 2) -> MonitorInputs | None:
@@ -103,18 +109,22 @@ def build_turn_inputs(trajs: Sequence[Trajectory], rng: np.random.Generator,
     else:
         raise ValueError(f"mode {mode!r} is invalid; allowed: trajectory, turn")
     index: dict[tuple[int, ...], int] = {}  # identical conversations are one prompt
-    contexts, conts, owner = [], [], []
+    contexts, conts, owner, states = [], [], [], []
     for t, (a, b) in chosen:
         ctx = tuple(t.input_ids[:a])
         if ctx not in index:
             index[ctx] = len(contexts)
             contexts.append(list(ctx))
+            turn = t.think_spans.index((a, b))  # the state this turn's reasoning is about
+            coords = t.coordinates[turn] if t.coordinates and turn < len(t.coordinates) else None
+            states.append(state_key((t.env_name, str(t.env_seed)), coords))
         conts.append(list(t.input_ids[a:b]))
         owner.append(index[ctx])
     if len(contexts) < min_prompts:
         return None
     keys = [str(i) for i in range(len(contexts))]  # already distinct
-    return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64))
+    return MonitorInputs(contexts, keys, conts, np.asarray(owner, dtype=np.int64),
+                         states if any(st is not None for st in states) else None)
 
 
 class MIMonitor:
@@ -175,6 +185,11 @@ class MIMonitor:
                 turns = build_turn_inputs(trajs, rng, mode, min_prompts=0)
                 m = self._score(turns, scorer, self.turn_negatives, gen)
                 out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
+                if mode == "trajectory":  # among inputs that differ in one coordinate
+                    out.update(measure_contrast(
+                        turns.contexts, turns.continuations, turns.owner, turns.states, scorer,
+                        "collapse/turns/", min_samples=self.min_samples,
+                        seed=int(np.random.SeedSequence([self.seed, step, 11]).generate_state(1)[0])))
         return out, entropy
 
     def _measure_actions(self, trajs: Sequence[Trajectory], scorer: Scorer,

@@ -90,6 +90,8 @@ def choose_panel(envs: Sequence[tuple[str, int]], observe: Callable[[str, int], 
             try:
                 obs = observe(env, seed)
             except Exception as e:  # noqa: BLE001 — an env failing on a seed only loses that seed
+                if getattr(e, "stops_run", False):  # an env server that stays down
+                    raise  # stops the run (ragen2.rollout.runner.stops_run)
                 failed += 1
                 first_error = first_error or f"seed {seed}: {type(e).__name__}: {e}"
                 continue

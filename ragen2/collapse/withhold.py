@@ -3,7 +3,9 @@
 Every MI measurement (the batch's first turn ``collapse/``, its later turns ``collapse/turns/``
 and ``collapse/turn_uniform/``, the probe panels ``collapse/panel/`` and
 ``collapse/panel/turns/``, the action MI ``collapse/action/`` and ``collapse/panel/action/``,
-and the grounded fraction beside four of them, ``<scope>grounding/``: :mod:`ragen2.collapse.grounding`)
+and the grounded fraction beside four of them, ``<scope>grounding/``: :mod:`ragen2.collapse.grounding`;
+the contrast among inputs that differ in one coordinate, ``collapse/turns/contrast/<c>/`` and
+``collapse/panel/turns/contrast/<c>/``: :mod:`ragen2.collapse.contrast`)
 logs its sample count at ``<scope>n_samples`` (the parsable reasoning samples it had; for the
 action MI the answers in groups of 2+) and its prompts at ``<scope>n_prompts`` (the action MI:
 ``n_groups``). With fewer than ``monitor.min_samples`` samples, or fewer than 2 prompts, the
@@ -11,7 +13,8 @@ measurement logs those counts and **no value**: the MI, its companions (``h_cond
 ``h_marginal``, ``mi_z`` and its EMA, ``mi_token_mean``, ``marginal_std``), retrieval and its
 chance level, the permutation null and floor, the bootstrap interval, ``healthy``, the bounds
 (``log_n``, ``mi_bound``, ``log_k``), the grounded fraction and its interval (``frac``,
-``frac_lo``, ``frac_hi``) are all absent (:func:`is_value`), and nothing is scored. Kept beside
+``frac_lo``, ``frac_hi``), the contrast's ``acc@1`` (with ``_lo`` / ``_hi``) and ``chance@1``
+are all absent (:func:`is_value`), and nothing is scored. Kept beside
 the counts: ``token_entropy``, ``reasoning_frac``, ``reasoning_tokens_mean``,
 ``answer_tokens_mean``, ``turn``, ``checkable_frac`` (descriptions of the batch, not estimates).
 
@@ -64,7 +67,11 @@ SCOPES = ("collapse/panel/turns/grounding/", "collapse/panel/grounding/",
 
 #: the fields of a measurement that are estimated from its samples (withheld below the minimum)
 _VALUE = re.compile(r"mi|mi_.+|h_cond.*|h_marginal|marginal_std|retrieval_.+|log_n|log_k|healthy"
-                    r"|frac|frac_lo|frac_hi")
+                    r"|frac|frac_lo|frac_hi|acc@\d+|acc@\d+_lo|acc@\d+_hi|chance@\d+")
+
+#: the contrast's scopes, one per coordinate (:mod:`ragen2.collapse.contrast`):
+#: ``collapse/turns/contrast/<c>/`` and ``collapse/panel/turns/contrast/<c>/``
+_CONTRAST = re.compile(r"(collapse/(?:panel/)?turns/contrast/[A-Za-z0-9_]+/)([^/]+)")
 
 
 def is_value(field: str) -> bool:
@@ -77,6 +84,9 @@ def is_value(field: str) -> bool:
 def scope_of(key: str) -> str | None:
     """The scope prefix of a measured value's key (``collapse/panel/turns/mi`` ->
     ``collapse/panel/turns/``), None for any other key (``collapse/alert``, ``rollout/success``)."""
+    m = _CONTRAST.fullmatch(key)
+    if m:
+        return m.group(1) if is_value(m.group(2)) else None
     for p in SCOPES:
         if key.startswith(p) and "/" not in key[len(p):]:
             return p if is_value(key[len(p):]) else None
@@ -100,8 +110,9 @@ def withheld_scopes(row: Mapping[str, Any], min_samples: int) -> list[str]:
     """The scopes of ``row`` (a metrics row) whose logged ``n_samples`` is under ``min_samples``
     (a scope without a logged count is not judged: it is kept as logged)."""
     _check_min(min_samples)
+    contrast = [m.group(1) for k in row if (m := _CONTRAST.fullmatch(k)) and m.group(2) == "n_samples"]
     out = []
-    for p in SCOPES:
+    for p in (*SCOPES, *contrast):
         n = row.get(p + "n_samples")
         if isinstance(n, (int, float)) and not isinstance(n, bool) and n < min_samples:
             out.append(p)

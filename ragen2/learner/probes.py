@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from ragen2.algos import logprobs_from_logits
 from ragen2.algos.advantages import AdvantageInputs
@@ -18,6 +19,7 @@ from ragen2.learner.forward import holding, micro_batches, tensors
 from ragen2.learner.fsdp import full_tensor
 
 if TYPE_CHECKING:
+    from ragen2.cluster.shapes import ModelShape
     from ragen2.learner.rank import LearnerRank
 
 
@@ -89,8 +91,9 @@ def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list
     item, the same number of forwards (each rank knows every rank's items, so it pads its own to
     the largest :func:`forward_count` of the round), since FSDP's forward is collective: an item
     split into more row slices on one rank than on the other would otherwise hang both.
-    Returns (s, k, summed logprob, tokens) for this rank's items. Each item's logits are bounded
-    by ``monitor.score_tokens`` (:func:`score_continuations`).
+    Returns (s, k, summed logprob, tokens) for this rank's items. Each item is scored in slices
+    of :func:`score_budget` padded tokens (:func:`score_continuations`): on a GPU with
+    ``monitor.score_tokens`` null, as many of its rows at once as fit in the free memory.
     """
     from ragen2.learner.scoring import forward_count, score_continuations
 
@@ -100,12 +103,20 @@ def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list
         where = np.argwhere(columns == j)
         for i in range(0, len(where), chunk):
             items.append((j, where[i:i + chunk]))
-    world, budget = rank.world_size, rank.cfg.monitor.score_tokens
+    world = rank.world_size
+    memory = score_memory(rank)  # collective on a GPU: the room every rank slices to
+
+    def budget(item: tuple[int, np.ndarray]) -> int:  # the same on every rank
+        j, where = item
+        lengths = [len(continuations[s]) for s, _ in where]
+        return score_budget(rank, len(contexts[j]), max(lengths, default=0), len(lengths), memory)
+
     per_rank = -(-len(items) // world)
     dummy = (0, np.array([[0, 0]]))
     dealt = [items[r::world] + [dummy] * (per_rank - len(items[r::world])) for r in range(world)]
-    rounds = [max(forward_count([len(continuations[s]) for s, _ in dealt[r][i][1]], budget)
-                  for r in range(world)) for i in range(per_rank)]
+    rounds = [max(forward_count([len(continuations[s]) for s, _ in dealt[r][i][1]],
+                                budget(dealt[r][i])) for r in range(world))
+              for i in range(per_rank)]
     mine = items[rank.rank::world]
     out: list[tuple[int, int, float, int]] = []
     with torch.no_grad():
@@ -114,11 +125,55 @@ def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list
             lp, n = score_continuations(rank.model, contexts[j],
                                         [continuations[s] for s, _ in where],
                                         temperature=rank.settings.temperature, device=rank.device,
-                                        token_budget=budget, forwards=rounds[i])
+                                        token_budget=budget((j, where)), forwards=rounds[i])
             if i < len(mine):
                 out.extend((int(s), int(k), float(v), int(c))
                            for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))
     return out
+
+
+def score_memory(rank: LearnerRank) -> tuple[int, ModelShape, int] | None:
+    """The scorer's room on this device when ``monitor.score_tokens`` is null and the learner is
+    on CUDA: (bytes, the model's shape, compute bytes), the room being the free memory less what
+    the engine beside it may still take (``LearnerSettings.score_reserve_bytes``) and
+    :data:`~ragen2.learner.scoring.SCORE_MARGIN` of the card, the smallest over the ranks
+    (collective: every rank must slice alike, FSDP's forwards being collective). None where the
+    budget is fixed: set in the config, off CUDA, or a model whose config.json is not a dense
+    decoder's (2048 then, as on the CPU)."""
+    from ragen2.cluster.shapes import shape_from_config_json
+    from ragen2.learner.scoring import SCORE_MARGIN, device_memory
+
+    memory = None if rank.cfg.monitor.score_tokens else device_memory(rank.device)
+    if memory is None:
+        return None
+    try:
+        shape = shape_from_config_json(rank.model.config.to_dict())
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    free, total = memory
+    room = int(free - rank.settings.score_reserve_bytes - SCORE_MARGIN * total)
+    if rank.world_size > 1:
+        t = torch.tensor([room], dtype=torch.int64, device=rank.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        room = int(t.item())
+    return room, shape, {"float32": 4}.get(rank.cfg.model.dtype, 2)
+
+
+def score_budget(rank: LearnerRank, context: int, width: int, rows: int,
+                 memory: tuple[int, ModelShape, int] | None | str = "ask") -> int:
+    """The scorer's slice budget for one item, ``rows`` continuations of at most ``width`` tokens
+    under a ``context``-token prompt (:func:`ragen2.learner.scoring.slice_budget`):
+    ``monitor.score_tokens`` when set; null: 2048 off CUDA, else sized to the room
+    :func:`score_memory` found (``memory``; asked for when not given: collective then)."""
+    from ragen2.learner.scoring import slice_budget
+
+    memory = score_memory(rank) if memory == "ask" else memory
+    if memory is None:
+        return slice_budget(rank.cfg.monitor.score_tokens, width, rows, per_token=0, per_row=0,
+                            free=None)
+    room, shape, b = memory
+    return slice_budget(None, width, rows, per_token=shape.scorer_bytes_per_token(b),
+                        per_row=shape.scorer_bytes_per_row(b, context), free=room, margin=0)
 
 
 def logprobs(rank: LearnerRank, ids: list[int]) -> list[float] | None:

@@ -14,6 +14,53 @@ from typing import Sequence
 import torch
 
 from ragen2.algos import logprobs_from_logits
+from ragen2.config import SCORE_TOKENS_CPU
+
+#: share of the device's memory the free-memory budget leaves untouched (the forward's smaller
+#: transients, the allocator's fragmentation, what the estimate does not count)
+SCORE_MARGIN = 0.10
+
+
+def slice_budget(score_tokens: int | None, width: int, rows: int, *, per_token: int,
+                 per_row: int, free: int | None, total: int = 0, reserve: int = 0,
+                 margin: float = SCORE_MARGIN) -> int:
+    """The scorer's ``token_budget`` (padded continuation tokens per forward, 0 = every row at
+    once) for one item: ``rows`` continuations, the longest ``width`` tokens.
+
+    ``score_tokens`` (``monitor.score_tokens``) set: that budget, on every device. Null: off CUDA
+    (``free`` None) :data:`~ragen2.config.SCORE_TOKENS_CPU` (2048); on a GPU, sized to its
+    free memory: the room is ``free - reserve - margin x total`` (``free``: what
+    ``torch.cuda.mem_get_info`` reports plus what this process's allocator holds unused;
+    ``reserve``: what an engine beside it may still allocate,
+    :func:`ragen2.cluster.memory.scorer_reserve_bytes`). Every row at once when ``rows x (width x
+    per_token + per_row)`` fits in it (0: unsliced), else as many rows a slice as fit, at least
+    one (``width`` tokens each). ``per_token`` and ``per_row`` (its copy of the context's cache):
+    :meth:`ragen2.cluster.shapes.ModelShape.scorer_bytes_per_token` and ``_per_row``.
+
+    Example: rows 64, width 400, 60 kB a token, 4 MB a row (28 MB): 1.8 GB holds them all (0);
+    1 GB holds 35 rows a slice (14,000 tokens).
+    """
+    if score_tokens:
+        return int(score_tokens)
+    if free is None:
+        return SCORE_TOKENS_CPU
+    width, rows = max(1, width), max(1, rows)
+    room = free - reserve - margin * total
+    per_slice_row = width * per_token + per_row
+    if room >= rows * per_slice_row:
+        return 0
+    return max(1, int(room // max(1, per_slice_row))) * width
+
+
+def device_memory(device: torch.device | str) -> tuple[int, int] | None:
+    """(free, total) bytes of a CUDA device for this process: ``torch.cuda.mem_get_info``'s free
+    memory plus what this process's caching allocator holds unused (it can reuse that); None off
+    CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device), total
 
 
 def forward_count(lengths: Sequence[int], token_budget: int = 0) -> int:

@@ -9,11 +9,14 @@ one prefixed with a one-line note. An action the env reports as invalid
 An env with the optional ``ground(reasoning)`` hook is asked, every turn and before the turn's
 action is applied, whether the reasoning states its true state (``Trajectory.grounding``); a hook
 that raises or returns anything but None or a share in [0, 1] fails the episode like an env error.
+One with the optional ``state_coordinates()`` hook is asked, likewise, for the coordinates of the
+state each turn's reasoning is about (``Trajectory.coordinates``: the MI monitor's contrast).
 """
 
 from __future__ import annotations
 
 import random
+import re
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -144,7 +147,8 @@ def run_episodes(
     per name to reuse (grown as needed). With an ``executor``, the env calls of one turn run
     concurrently (each episode owns its env), so one slow ``step`` does not serialise the batch.
     An env that raises (or breaks the text contract) ends that episode with ``env_error`` set; the
-    instance is dropped from the pool. ``stats`` receives ``env_s`` and ``generate_s``: wall
+    instance is dropped from the pool. An exception with ``stops_run`` (:func:`stops_run`) is
+    raised instead: the run stops. ``stats`` receives ``env_s`` and ``generate_s``: wall
     seconds spent in env calls and in the policy. ``actions_per_turn > 1``: an answer may hold up
     to that many actions separated by ``action_sep`` (RAGEN's ``Right || Up``), stepped in order.
     ``response_format="plain"`` (``rollout.response_format``): no format is asked for, the whole
@@ -171,6 +175,8 @@ def run_episodes(
                           temperature_scale=spec.temperature_scale)
         if grounding_hook(pool[k]) is not None:
             traj.grounding = []
+        if coordinates_hook(pool[k]) is not None:
+            traj.coordinates = []
         episodes.append(EpisodeState(pool[k], traj))
 
     def reset(ep: EpisodeState) -> None:
@@ -240,6 +246,8 @@ def _each(executor: Executor | None, fn: Callable[[Any], None], items: list[Any]
         try:
             fn(item)
         except Exception as e:  # noqa: BLE001  (env code is the user's: any failure is recorded)
+            if stops_run(e):
+                raise
             ep = item[0] if isinstance(item, tuple) else item
             ep.done = True
             ep.traj.env_error = f"{type(e).__name__}: {e}"[:500]
@@ -284,9 +292,20 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
         try:
             traj.grounding.append(None if think is None else ground_reasoning(ep.env, think))
         except Exception as e:  # noqa: BLE001  (env code is the user's: the episode fails)
+            if stops_run(e):
+                raise
             traj.grounding.append(None)
             ep.done = True
             traj.env_error = f"{type(e).__name__} in ground(): {e}"[:500]
+    if traj.coordinates is not None:  # the state this turn's reasoning is about
+        try:
+            traj.coordinates.append(read_coordinates(ep.env))
+        except Exception as e:  # noqa: BLE001  (env code is the user's: the episode fails)
+            if stops_run(e):
+                raise
+            traj.coordinates.append(None)
+            ep.done = True
+            traj.env_error = traj.env_error or f"{type(e).__name__} in state_coordinates(): {e}"[:500]
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
         return None if ep.done else parsed.answer
@@ -295,6 +314,12 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
     traj.observations.append(ep.observation)
     return None
+
+
+def stops_run(e: BaseException) -> bool:
+    """An env exception that stops the run instead of failing its episode: one whose class sets
+    ``stops_run = True`` (``ragen2_envs.remote.EnvServerDown``: the env server stays down)."""
+    return bool(getattr(e, "stops_run", False))
 
 
 def grounding_hook(env: gym.Env) -> Callable[[str], Any] | None:
@@ -314,6 +339,31 @@ def ground_reasoning(env: gym.Env, reasoning: str) -> float | None:
                          "return None (nothing checkable) or the share of true claims, a number "
                          "in [0, 1] (docs/reference/environments.md)")
     return float(value)
+
+
+_COORDINATE = re.compile(r"[A-Za-z0-9_]+")  # a coordinate's name is a metric key's segment
+
+
+def coordinates_hook(env: gym.Env) -> Callable[[], Any] | None:
+    """The env's optional ``state_coordinates()`` (on the unwrapped env), None when it has none
+    or sets ``state_coordinates = None`` to opt out."""
+    hook = getattr(env.unwrapped, "state_coordinates", None)
+    return hook if callable(hook) else None
+
+
+def read_coordinates(env: gym.Env) -> dict[str, int | str] | None:
+    """``env.state_coordinates()``, checked: None (no state to describe) or a non-empty dict of
+    str names to int or str values."""
+    value = coordinates_hook(env)()  # type: ignore[misc]
+    if value is None:
+        return None
+    if (not isinstance(value, dict) or not value
+            or not all(isinstance(k, str) and _COORDINATE.fullmatch(k) for k in value)
+            or not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value.values())):
+        raise ValueError(f"{type(env.unwrapped).__name__}.state_coordinates() returned {value!r}; "
+                         "it must return None or a non-empty dict of names "
+                         "(letters, digits, _) to int or str values (docs/reference/environments.md)")
+    return dict(value)
 
 
 def split_actions(answer: str, actions_per_turn: int, sep: str) -> list[str]:

@@ -49,6 +49,11 @@ class Trajectory:
     #: None where the turn had no reasoning or it stated nothing checkable; None (no list) when the
     #: env has no ``ground`` (docs/reference/environments.md)
     grounding: list[float | None] | None = None
+    #: per turn, the state the turn's reasoning is about (the env's optional
+    #: ``state_coordinates()``, before the turn's action, e.g. ``{"row": 2, "col": 3}``): the MI
+    #: monitor's contrast among inputs that differ in one coordinate (ragen2.collapse.contrast);
+    #: None (no list) when the env has no such hook
+    coordinates: list[dict[str, int | str] | None] | None = None
     responses: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     env_error: str | None = None  # what the env raised; the episode is then excluded from training

@@ -167,7 +167,7 @@ def test_run_page_contents(full_page):
     html = full_page
     page = Page(html)
     for ident in ("summary", "fig-success", "fig-mi", "fig-panel_mi", "fig-retrieval",
-                  "fig-grounding", "fig-entropy",
+                  "fig-grounding", "fig-contrast", "fig-entropy",
                   "fig-reward_spread", "fig-kept_ratio", "fig-action_mi", "fig-diagnosis",
                   "diagnosis-timeline", "fig-snr", "filter-table", "templates", "samples"):
         assert ident in page.ids, ident

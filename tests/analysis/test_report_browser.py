@@ -89,7 +89,7 @@ def test_reports_render_in_chromium(tmp_path):
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             errors, outside = _open(page, run / "report.html")
             imgs = _images(page)
-            assert len(imgs) == 12 and all(i["done"] and i["w"] > 0 and i["h"] > 0 for i in imgs), imgs
+            assert len(imgs) == 13 and all(i["done"] and i["w"] > 0 and i["h"] > 0 for i in imgs), imgs
             assert {i["id"] for i in imgs} >= {"fig-panel_mi", "fig-panel_turns_mi",
                                                "fig-retrieval", "fig-entropy",
                                                "fig-action_mi", "fig-diagnosis", "fig-snr"}

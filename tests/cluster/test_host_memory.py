@@ -65,7 +65,7 @@ def test_one_fp32_rank_by_hand():
         "gathered weights": 0.0,  # one fp32 rank computes on its own weights
         "activations": n * 2 * 19_968 * 30,  # fp32: twice the bf16 bytes, every layer kept
         "logits": n * 49_152 * (4 + 12 + 8)}  # fp32 logits, upcast, log-softmax, grad, entropy
-    s = getattr(cfg.monitor, "score_tokens", 64 * 64)  # one slice of scored continuations
+    s = cfg.monitor.score_tokens or hm.SCORE_TOKENS_CPU  # one slice of scored continuations
     assert b.scoring == {"gathered weights": 0.0, "scoring logits": s * 49_152 * (4 + 8)}
     assert b.loading == 0.0
     update = 4 * P + n * 2 * 19_968 * 30 + n * 49_152 * 24  # 5.04 GiB > scoring's <= 2.25 GiB

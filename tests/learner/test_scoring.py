@@ -100,3 +100,67 @@ def test_score_tokens_is_validated():
 
     with pytest.raises(ValueError, match="monitor.score_tokens"):
         load_config(["monitor.score_tokens=0"])
+    assert load_config([]).monitor.score_tokens is None  # sized to the free memory
+    assert load_config(["monitor.score_tokens=512"]).monitor.score_tokens == 512
+
+
+GB = 10**9
+QWEN05 = dict(per_token=1_572_000, per_row=16_000_000)  # Qwen2.5-0.5B bf16, 1,024-token context
+
+
+def test_slice_budget_follows_the_free_memory():
+    """monitor.score_tokens=null: every row at once where they fit in the free memory less the
+    engine's reserve and a margin of the card; else as many rows a slice as fit, at least one;
+    2048 off CUDA; a number set in the config wins everywhere."""
+    from ragen2.config import SCORE_TOKENS_CPU
+    from ragen2.learner.scoring import SCORE_MARGIN, slice_budget
+
+    rows, width = 64, 400
+    row = width * QWEN05["per_token"] + QWEN05["per_row"]  # 644.8 MB a row and its context copy
+    assert slice_budget(None, width, rows, **QWEN05, free=None) == SCORE_TOKENS_CPU == 2048
+    assert slice_budget(512, width, rows, **QWEN05, free=None) == 512
+    assert slice_budget(512, width, rows, **QWEN05, free=130 * GB, total=150 * GB) == 512
+    # an H200 beside a 0.5B learner: unsliced (41.3 GB of 130 - 15 free)
+    assert slice_budget(None, width, rows, **QWEN05, free=130 * GB, total=150 * GB) == 0
+    # the margin and the engine's reserve count: just enough room, then a byte short
+    total = 100 * GB
+    room = rows * row + SCORE_MARGIN * total
+    assert slice_budget(None, width, rows, **QWEN05, free=room, total=total) == 0
+    assert slice_budget(None, width, rows, **QWEN05, free=room, total=total, reserve=1) == 63 * width
+    # a 24 GB card with 10 GB free: 7.6 GB of room, 11 rows a slice
+    tokens = slice_budget(None, width, rows, **QWEN05, free=10 * GB, total=24 * GB)
+    assert tokens == 11 * width and 11 * row <= 7.6 * GB < 12 * row
+    # no room at all: one continuation at a time (the least the scorer can do)
+    assert slice_budget(None, width, rows, **QWEN05, free=GB, total=24 * GB) == width
+
+
+def test_score_budget_on_a_rank_with_fake_free_memory(llama, monkeypatch):
+    """probes.score_budget: the model's config gives the bytes a token and a row; a CPU rank
+    keeps 2048; a set monitor.score_tokens is used as is; the engine's reserve shrinks the room;
+    the slices it picks score what one forward per sequence does."""
+    from types import SimpleNamespace
+
+    import ragen2.learner.scoring as scoring
+    from ragen2.cluster.shapes import shape_from_config_json
+    from ragen2.learner.probes import score_budget
+
+    def rank(score_tokens=None, reserve=0):
+        return SimpleNamespace(cfg=SimpleNamespace(monitor=SimpleNamespace(score_tokens=score_tokens),
+                                                   model=SimpleNamespace(dtype="float32")),
+                               device="cpu", model=llama, world_size=1,
+                               settings=SimpleNamespace(score_reserve_bytes=reserve))
+
+    assert score_budget(rank(), 25, 11, 6) == 2048  # the CPU
+    assert score_budget(rank(score_tokens=7), 25, 11, 6) == 7
+    shape = shape_from_config_json(llama.config.to_dict())
+    per_token, per_row = shape.scorer_bytes_per_token(4), shape.scorer_bytes_per_row(4, 25)
+    need = 6 * (11 * per_token + per_row)
+    total = 10**6
+    monkeypatch.setattr(scoring, "device_memory", lambda device: (need + total // 10, total))
+    assert score_budget(rank(), 25, 11, 6) == 0  # it all fits: unsliced
+    sliced = score_budget(rank(reserve=need // 2), 25, 11, 6)
+    assert sliced == 3 * 11  # half the room: 3 of the 6 rows a slice
+    want = [_reference(llama, CONTEXT, c, 1.0) for c in CONTS]
+    with torch.no_grad():
+        lp, n = scoring.score_continuations(llama, CONTEXT, CONTS, token_budget=sliced)
+    assert lp.tolist() == pytest.approx(want, abs=1e-4)

@@ -1,0 +1,113 @@
+"""Blocks from ``benchmarks/results/step_account.json`` (``benchmarks/step_account.py``, issue 44):
+one step's phases against their floors on this machine, the whole job in parts, and the profiled
+update. Each block takes the document's path (from the repository root) as its one optional
+argument, so a page can show another sitting's account."""
+
+from __future__ import annotations
+
+from .data import load, pct, table
+
+DOC = "benchmarks/results/step_account.json"
+
+
+def _secs(x: float | None) -> str:
+    """``11.90 s``, ``0.043 s``, ``2.1e-4 s``; ``—`` when there is none."""
+    if x is None:
+        return "—"
+    if x == 0:
+        return "0 s"
+    if x >= 1:
+        return f"{x:,.2f} s"
+    return f"{x:.3f} s" if x >= 0.001 else f"{x:.1e} s"
+
+
+def _times(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.0f}x" if x >= 10 else f"{x:.1f}x"
+
+
+def _share(x: float | None) -> str:
+    return "" if x is None else pct(x)
+
+
+def step_account_phases(path: str = DOC) -> str:
+    """The machine's ceilings, then per phase of a step (and the loop's evaluations and panels)
+    the median seconds over the steps used, its share of the summed step time, its floor, what
+    bounds the floor and how far above it the phase runs."""
+    d = load(path)
+    r, m, s = d["results"], d["machine"], d["settings"]["job_settings"]
+    used, peaks = r["steps_used"], r["peaks_used"]
+    command = " ".join(d["settings"]["overrides"])
+    intro = (f"Measured on {m['cpu'] or 'an unnamed CPU'} ({m['cpus']} cores), "
+             f"`model.dtype={peaks['dtype']}`: matmul peak "
+             f"{peaks['learner_flops_per_s'] / 1e9:,.0f} GFLOP/s over the "
+             f"{s['world_size']} learner rank(s) at {s['learner_threads']} thread(s) each, "
+             f"{peaks['worker_flops_per_s'] / 1e9:,.0f} GFLOP/s for the rollout worker(s) at "
+             f"{s['worker_threads']} thread(s); memory traffic "
+             f"{peaks['learner_traffic_bytes_per_s'] / 1e9:,.1f} GB/s. Medians over steps "
+             f"{used[0]}-{used[-1]} ({len(used)} steps) of "
+             + (f"the default job with `{command}`." if command else "the default job."))
+    rows = []
+    for p in r["phases"]:
+        where = {"step": "", "loop": " (outside the step)"}.get(p["where"], "")
+        rows.append([f"{p['name']}{where}", str(p["n"]), _secs(p["median_s"]),
+                     _share(p.get("share_of_step")), _secs(p.get("floor_s")),
+                     p.get("bound") or "—", _times(p.get("over_floor"))])
+    missing = ", ".join(f"`{k}`" for k in r["not_timed"])
+    notes = "\n".join(f"- {p['name']}: {'; '.join(p['notes'])}."
+                      for p in r["phases"] if p.get("notes"))
+    return (intro + "\n\n"
+            + table(["phase", "runs", "median", "share of step", "floor", "bound", "x floor"],
+                    rows)
+            + (f"\n\n{notes}" if notes else "")
+            + f"\n\nNot timed by ragen2 today: {missing} (the untimed rows are differences of the "
+              "timed ones).")
+
+
+def step_account_job(path: str = DOC) -> str:
+    """The whole job in parts: seconds and share of the job's wall time."""
+    d = load(path)
+    job = d["results"]["job"]
+    shares = job.get("shares") or {}
+    rows = [[name, _secs(v), _share(shares.get(name))] for name, v in job["parts"].items()]
+    wall = job["process_wall_s"] if job["process_wall_s"] is not None else job["run_wall_s"]
+    whole = "the `ragen2-train` process" if job["process_wall_s"] is not None else "the run"
+    ws = job.get("warm_start_floor") or {}
+    line = (f"The whole job: {_secs(wall)} ({whole}), {job['steps']} RL steps."
+            if wall is not None else f"The whole job: {job['steps']} RL steps (no wall time).")
+    if ws.get("floor_s"):
+        line += (f" The warm start's floor: {_secs(ws['floor_s'])}"
+                 + (f"; it took {_times(ws['over_floor'])} that" if ws.get("over_floor")
+                    else "") + f" ({ws['note']}).")
+    return line + "\n\n" + table(["part", "seconds", "share of the job"], rows)
+
+
+def step_account_update(path: str = DOC) -> str:
+    """The profiled update: its sub-phases (unprofiled medians) and where one profiled update's
+    time went."""
+    d = load(path)
+    prof = d["results"].get("update_profile")
+    if not prof:
+        return ("The update was not profiled in this sitting (`python benchmarks/step_account.py "
+                "--profile-update`).")
+    if "error" in prof:
+        return "The update's profile failed in this sitting (`update_profile.error`)."
+    b = prof["batch"]
+    intro = (f"One update outside Ray: {prof['world_size']} gloo rank(s) at "
+             f"{prof['threads_per_rank']} thread(s) each, a synthetic batch of {b['rows']} rows "
+             f"in groups of {b['group_size']} (first prompt {b['prompt_tokens']} tokens, "
+             f"{b['turns_mean']:.1f} turns of {b['reply_tokens']} reply tokens) "
+             f"({prof.get('batch_note', '')}): {_secs(prof['update_s'])} (median of "
+             f"{prof['repeats']})"
+             + (f"; the job's update: {_secs(prof['job_update_median_s'])}."
+                if prof.get("job_update_median_s") is not None else "."))
+    total = sum(prof["phases_s"].values())  # rank 0's medians: its update, "other" the rest
+    phases = table(["sub-phase (rank 0)", "seconds", "share"],
+                   [[k, _secs(v), pct(v / total) if total else ""]
+                    for k, v in prof["phases_s"].items()])
+    pr = prof["profiled"]
+    cats = table(["where the profiled update's time went", "seconds", "share"],
+                 [[k, _secs(v), pct(v / pr["wall_s"]) if pr["wall_s"] else ""]
+                  for k, v in pr["categories_s"].items()])
+    return intro + "\n\n" + phases + "\n\n" + cats
