@@ -176,14 +176,18 @@ class EnvServer:
             except Exception as e:  # noqa: BLE001
                 self._drop(episode_id)
                 raise _env_error("reset()", e) from None
-            if not isinstance(obs, str):
-                self._drop(episode_id)
-                raise _Fail(500, f"the env returned a {type(obs).__name__} observation; text "
-                                 "envs return str")
+            self._check_text(episode_id, obs)
             ep.steps, ep.last = 0, None
             doc = {"episode_id": episode_id, "observation": {"text": obs}, "reward": None,
                    "done": False, "metadata": info}
             return self._with_state(ep, doc)
+
+    def _check_text(self, episode_id: Any, obs: Any) -> None:
+        """A text env's observation is a str: anything else ends the episode with a 500."""
+        if not isinstance(obs, str):
+            self._drop(episode_id)
+            raise _Fail(500, f"the env returned a {type(obs).__name__} observation; text envs "
+                             "return str")
 
     def step(self, body: dict[str, Any]) -> dict[str, Any]:
         episode_id = body.get("episode_id")
@@ -208,10 +212,7 @@ class EnvServer:
             except Exception as e:  # noqa: BLE001
                 self._drop(episode_id)
                 raise _env_error("step()", e) from None
-            if not isinstance(obs, str):
-                self._drop(episode_id)
-                raise _Fail(500, f"the env returned a {type(obs).__name__} observation; text "
-                                 "envs return str")
+            self._check_text(episode_id, obs)
             ep.steps += 1
             ep.last = self._with_state(ep, {
                 "observation": {"text": obs}, "reward": reward,

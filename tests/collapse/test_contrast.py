@@ -19,6 +19,7 @@ from ragen2.collapse.withhold import scope_of, withhold
 from ragen2.glossary import describe
 from ragen2.rollout.envs import env_factory
 from ragen2.rollout.trajectory import Trajectory
+from tests.text_env_stub import PlainTextEnv
 
 
 def lse_mean(vals):
@@ -374,16 +375,7 @@ def test_the_runner_records_the_coordinates_per_turn_before_the_action(tiny_toke
     (t,) = run(FROZENLAKE, responses)
     assert t.coordinates == [{"row": 1, "col": 1}, {"row": 1, "col": 2}, {"row": 1, "col": 2}]
 
-    class Bad:
-        def __init__(self):
-            self.unwrapped = self
-
-        def reset(self, seed=None, options=None):
-            return "start", {}
-
-        def step(self, action):
-            return "next", 0.0, False, False, {}
-
+    class Bad(PlainTextEnv):
         def state_coordinates(self):
             return {"a/b": 1}
 

@@ -17,6 +17,7 @@ from ragen2.rollout.chat import ChatRenderer
 from ragen2.rollout.envs import env_factory
 from ragen2.rollout.runner import EngineTurnPolicy, EpisodeSpec, run_episodes
 from ragen2.rollout.trajectory import Trajectory
+from tests.text_env_stub import PlainTextEnv
 
 
 def traj(group: int, grounding: list | None, env_error: str | None = None) -> Trajectory:
@@ -58,17 +59,7 @@ def test_the_runner_records_the_envs_verdict_per_turn_before_the_action(tiny_tok
     assert len(t.grounding) == len(t.think_spans)
 
 
-class _Plain:
-    """A text env without a ground hook; subclasses add one."""
-
-    def __init__(self):
-        self.unwrapped = self
-
-    def reset(self, seed=None, options=None):
-        return "start", {}
-
-    def step(self, action):
-        return "next", 0.0, False, False, {}
+_Plain = PlainTextEnv  # a text env without a ground hook; subclasses add one
 
 
 class _Raises(_Plain):
