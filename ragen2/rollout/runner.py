@@ -289,23 +289,11 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     if traj.num_turns == 1:
         traj.first_think, traj.think_span = think, span
     if traj.grounding is not None:  # the env's verdict, before the action changes its state
-        try:
-            traj.grounding.append(None if think is None else ground_reasoning(ep.env, think))
-        except Exception as e:  # noqa: BLE001  (env code is the user's: the episode fails)
-            if stops_run(e):
-                raise
-            traj.grounding.append(None)
-            ep.done = True
-            traj.env_error = f"{type(e).__name__} in ground(): {e}"[:500]
+        traj.grounding.append(_ask_hook(ep, "ground", lambda: None if think is None
+                                        else ground_reasoning(ep.env, think)))
     if traj.coordinates is not None:  # the state this turn's reasoning is about
-        try:
-            traj.coordinates.append(read_coordinates(ep.env))
-        except Exception as e:  # noqa: BLE001  (env code is the user's: the episode fails)
-            if stops_run(e):
-                raise
-            traj.coordinates.append(None)
-            ep.done = True
-            traj.env_error = traj.env_error or f"{type(e).__name__} in state_coordinates(): {e}"[:500]
+        traj.coordinates.append(_ask_hook(ep, "state_coordinates",
+                                          lambda: read_coordinates(ep.env)))
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
         return None if ep.done else parsed.answer
@@ -314,6 +302,19 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
     traj.observations.append(ep.observation)
     return None
+
+
+def _ask_hook(ep: EpisodeState, name: str, ask: Callable[[], Any]) -> Any:
+    """``ask()`` (an optional env hook, ``name``); a failure ends the episode as an env error
+    (the first one kept) and gives None, unless it stops the run (:func:`stops_run`)."""
+    try:
+        return ask()
+    except Exception as e:  # noqa: BLE001  (env code is the user's: the episode fails)
+        if stops_run(e):
+            raise
+        ep.done = True
+        ep.traj.env_error = ep.traj.env_error or f"{type(e).__name__} in {name}(): {e}"[:500]
+        return None
 
 
 def stops_run(e: BaseException) -> bool:
