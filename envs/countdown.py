@@ -11,6 +11,10 @@ every number used exactly once (``2 + 5 - 3``; a trailing ``= 4`` is allowed). I
 exactly (:class:`fractions.Fraction`, no Python ``eval``: :func:`evaluate_equation` walks the
 parsed tree and accepts nothing but numbers, the four operators, unary minus and parentheses).
 
+With ``read="last"`` a free-text reply is read as a lenient grader reads it
+(:func:`last_equation`): the longest arithmetic expression on the last line that holds one, left
+of any ``=`` (``"3 + 5 = 8, then 8 - 2 = 6"`` on separate lines reads ``8 - 2``).
+
 Rewards (TinyZero's scheme): 1 for an equation equal to the target (``success=True``);
 ``format_score`` (0.1) for a well-formed equation over exactly the given numbers whose value is
 wrong; 0 otherwise, with ``action_is_valid=False`` (not an expression, other numbers, a division
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -33,11 +38,12 @@ from gymnasium import spaces
 
 from .checks import ACTION_CHARSET, OBS_CHARSET, check_render_mode, is_int, is_real
 
-__all__ = ["CountdownTextEnv", "evaluate_equation", "solve"]
+__all__ = ["CountdownTextEnv", "evaluate_equation", "last_equation", "solve"]
 
 _MAX_ACTION_LEN = 200
 _OPS = ("+", "-", "*", "/")
 _AST_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_EXPR = re.compile(r"[\d()+\-*/ ]*\d[\d()+\-*/ ]*")  # a run of digits, operators, parentheses
 
 
 class EquationError(ValueError):
@@ -94,6 +100,22 @@ def evaluate_equation(text: str, numbers: list[int]) -> Fraction:
     return value
 
 
+def last_equation(text: str) -> str | None:
+    """The equation a free-text reply ends on: on the last line that holds an arithmetic
+    expression (digits with at least one operator), the longest such expression left of any ``=``
+    (``×``, ``÷`` and ``−`` read as ``*``, ``/`` and ``-``); None when no line holds one.
+    ``"2 + 5 = 7\n7 - 3 = 4"`` -> ``"7 - 3"``; ``"So 10 - 3 = 7."`` -> ``"10 - 3"``."""
+    if not isinstance(text, str):
+        return None
+    for line in reversed(text.splitlines()):
+        left = line.split("=")[0].replace("\u00d7", "*").replace("\u00f7", "/").replace("\u2212", "-")
+        exprs = [e.strip() for e in _EXPR.findall(left)]
+        exprs = [e for e in exprs if any(op in e for op in _OPS)]
+        if exprs:
+            return max(exprs, key=len)
+    return None
+
+
 def solve(numbers: list[int], target: int) -> str | None:
     """An expression over all ``numbers`` equal to ``target`` (brute force), or None."""
     def exprs(items: tuple[tuple[Fraction, str], ...]):
@@ -122,13 +144,16 @@ class CountdownTextEnv(gym.Env):
         max_number: numbers are drawn from 1..max_number (>= 2).
         format_score: reward of a well-formed but wrong equation, in [0, 1).
         max_attempts: answers per episode (>= 1; 1 = single turn, as RAGEN runs it).
+        read: ``"equation"`` (default) the answer is the equation; ``"last"`` the equation a
+            free-text reply ends on (:func:`last_equation`).
         render_mode: None or ``"ansi"``.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, num_count: int = 3, max_number: int = 20, format_score: float = 0.1,
-                 max_attempts: int = 1, render_mode: str | None = None) -> None:
+                 max_attempts: int = 1, render_mode: str | None = None,
+                 read: str = "equation") -> None:
         if not is_int(num_count) or not 2 <= num_count <= 5:
             raise ValueError(f"num_count must be an int in 2..5, got {num_count!r}")
         if not is_int(max_number) or max_number < 2:
@@ -137,10 +162,12 @@ class CountdownTextEnv(gym.Env):
             raise ValueError(f"format_score must be a number in [0, 1), got {format_score!r}")
         if not is_int(max_attempts) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if read not in ("equation", "last"):
+            raise ValueError(f"read must be 'equation' or 'last', got {read!r}")
         check_render_mode(render_mode, self.metadata["render_modes"])
         self.num_count, self.max_number = int(num_count), int(max_number)
         self.format_score, self.max_attempts = float(format_score), int(max_attempts)
-        self.render_mode = render_mode
+        self.render_mode, self.read = render_mode, read
         self.observation_space = spaces.Text(max_length=400, min_length=1, charset=OBS_CHARSET)
         self.action_space = spaces.Text(max_length=_MAX_ACTION_LEN, min_length=0,
                                         charset=ACTION_CHARSET)
@@ -201,7 +228,10 @@ class CountdownTextEnv(gym.Env):
             return self._last_obs, 0.0, True, False, self._info(True)
         self._attempt += 1
         try:
-            value = evaluate_equation(action, self.numbers)
+            equation = action if self.read == "equation" else last_equation(action)
+            if equation is None:
+                raise EquationError("no arithmetic expression found")
+            value = evaluate_equation(equation, self.numbers)
         except EquationError as e:
             valid, reward, head = False, 0.0, f"Invalid equation: {e}."
         else:

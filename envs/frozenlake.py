@@ -21,6 +21,11 @@ After the episode ends the board shows the final state:
 
 An invalid action leaves the state unchanged and prefixes the board with one line:
 ``Invalid action 'xyz'. Valid actions: Left, Down, Right, Up.``
+
+With ``read="first"`` or ``"last"`` a free-text reply is read for its first or last move word
+(``rollout.response_format=plain``, where the whole reply is the action: ``"The goal is below
+me, so Down."`` moves Down), and the instructions end with
+``Reply with one move: Left, Down, Right or Up.``; a reply without a move word is invalid.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from .checks import check_render_mode, is_bool, is_int, is_real
-from .grid import PERPENDICULAR, PLAYER_SUBJECT, bfs_path, move, render_rows, share_right, stated_cells
+from .grid import (PERPENDICULAR, PLAYER_SUBJECT, READS, bfs_path, move, render_rows, share_right,
+                   stated_cells)
 from .grid_env import GridTextEnv
 
 __all__ = ["FrozenLakeTextEnv"]
@@ -53,6 +59,9 @@ class FrozenLakeTextEnv(GridTextEnv):
         max_steps: the episode is truncated once this many ``step`` calls (valid or not) were made.
         random_start_goal: draw start and goal cells at random per seed; if False the start is
             the top-left cell and the goal the bottom-right cell.
+        read: how a reply is read: ``"word"`` (default) it is exactly one move word (``Down``,
+            ``down.``); ``"first"`` / ``"last"`` the first / last move word written anywhere in
+            it (:func:`ragen2_envs.grid.read_action`), for free-text replies.
         render_mode: None or ``"ansi"`` (``render()`` then returns the observation text).
     """
 
@@ -65,6 +74,7 @@ class FrozenLakeTextEnv(GridTextEnv):
         max_steps: int = 100,
         random_start_goal: bool = True,
         render_mode: str | None = None,
+        read: str = "word",
     ) -> None:
         if not is_int(size) or size < 2:
             raise ValueError(f"size must be an int >= 2, got {size!r}")
@@ -80,9 +90,11 @@ class FrozenLakeTextEnv(GridTextEnv):
             raise ValueError(
                 f"random_start_goal must be a bool (True or False), got {random_start_goal!r}"
             )
+        if read not in READS:
+            raise ValueError(f"read must be one of {READS}, got {read!r}")
         check_render_mode(render_mode, self.metadata["render_modes"])
 
-        super().__init__(size, max_steps, render_mode)
+        super().__init__(size, max_steps, render_mode, read)
         self.hole_prob = float(hole_prob)
         self.is_slippery = bool(is_slippery)
         self.slip_prob = float(slip_prob)
@@ -109,6 +121,8 @@ class FrozenLakeTextEnv(GridTextEnv):
                 f"The ice is slippery: with probability {self.slip_prob:.2f} a move goes in one of "
                 "the two perpendicular directions instead."
             )
+        if self.read != "word":  # a free-text reply: say what it should hold
+            lines.append("Reply with one move: Left, Down, Right or Up.")
         return "\n".join(lines)
 
     def _board_text(self) -> str:

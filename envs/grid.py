@@ -53,6 +53,30 @@ def parse_action(text: Any) -> str | None:
     return _LOWER_TO_NAME.get(word.lower())
 
 
+#: how an env reads a reply (``read``): the whole reply is one move word, or the first / last move
+#: word written anywhere in it
+READS: tuple[str, ...] = ("word", "first", "last")
+_MOVE_WORD = re.compile(r"\b(left|down|right|up)\b", re.IGNORECASE)
+
+
+def read_action(text: Any, read: str = "word") -> str | None:
+    """Canonical action name of a reply, or None if it holds none. ``read="word"``: the reply is
+    exactly one move word (:func:`parse_action`); ``"first"`` / ``"last"``: the first / last move
+    word written anywhere in it, as a whole word and in any case, as a lenient grader reads a
+    worked reply (``"The goal is below, so I move Down."`` -> ``"Down"``; ``"upward"`` is no move
+    word)."""
+    if read == "word":
+        return parse_action(text)
+    if read not in READS:
+        raise ValueError(f"read must be one of {READS}, got {read!r}")
+    if not isinstance(text, str):
+        return None
+    found = _MOVE_WORD.findall(text)
+    if not found:
+        return None
+    return _LOWER_TO_NAME[(found[0] if read == "first" else found[-1]).lower()]
+
+
 def in_bounds(pos: Pos, n_rows: int, n_cols: int) -> bool:
     """Whether ``pos`` lies inside an ``n_rows`` x ``n_cols`` grid."""
     return 0 <= pos[0] < n_rows and 0 <= pos[1] < n_cols

@@ -8,7 +8,9 @@ rest, the same way for every grid:
 * ``reset`` seeds, starts a fresh episode and returns the board with
   ``info = {"instructions", "success": False, "action_is_valid": True}``;
 * ``step`` parses the one-word action (``Left``, ``Down``, ``Right``, ``Up``; anything else is an
-  invalid action: it costs a step, leaves the state, and prefixes the board with a note), counts
+  invalid action: it costs a step, leaves the state, and prefixes the board with a note; a grid
+  built with ``read="first"`` or ``"last"`` takes the first or last move word of a longer reply,
+  :func:`ragen2_envs.grid.read_action`), counts
   the step, truncates after ``max_steps`` steps, and after the episode ended answers every step
   with the final board, reward 0 and the same flags;
 * ``render`` in ``"ansi"`` mode returns the observation text.
@@ -22,7 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from .checks import grid_text_spaces, invalid_action_note
-from .grid import ACTION_NAMES, Pos, parse_action
+from .grid import ACTION_NAMES, Pos, read_action
 
 __all__ = ["GridTextEnv"]
 
@@ -37,11 +39,13 @@ class GridTextEnv(gym.Env, ABC):
     valid_actions: tuple[str, ...] = ACTION_NAMES
     instructions: str
 
-    def __init__(self, size: int, max_steps: int, render_mode: str | None) -> None:
+    def __init__(self, size: int, max_steps: int, render_mode: str | None,
+                 read: str = "word") -> None:
         """Set after the subclass has checked its kwargs."""
         self.size = int(size)
         self.max_steps = int(max_steps)
         self.render_mode = render_mode
+        self.read = read  # how a reply is read (ragen2_envs.grid.READS)
         self.observation_space, self.action_space = grid_text_spaces(self.size)
         # State, set by reset().
         self._player: Pos | None = None
@@ -104,7 +108,7 @@ class GridTextEnv(gym.Env, ABC):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._player is None:
             raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
-        name = parse_action(action)
+        name = read_action(action, self.read)
         valid = name is not None
 
         if self._terminated or self._truncated:

@@ -11,7 +11,9 @@ Observation (difficulty 1, example)::
 
 After a wrong answer the observation is ``Incorrect, try again. Attempts left: N.`` followed by
 the problem (an answer without a readable number starts with ``No number found in your answer.``
-instead of ``Incorrect``). The final observation is ``Correct! The answer is X.`` or
+instead of ``Incorrect``). With ``feedback="direction"`` it also says which way the answer is
+off, so a retry has something to go on: ``Incorrect: 18 is too high, try again. Attempts left:
+N.`` (the number as read, ``too low`` below the answer). The final observation is ``Correct! The answer is X.`` or
 ``Incorrect. No attempts left.`` followed by the problem.
 
 Rewards: a correct answer on attempt ``k`` gives ``decay ** (k - 1)`` and terminates with
@@ -216,6 +218,9 @@ class MathTextEnv(gym.Env):
             ``"last"`` the last number written, as a lenient grader reads a worked reply such as
             ``7 - 5 = 2`` (:func:`last_number`).
         max_attempts: answers allowed per episode, an int >= 1.
+        feedback: what a wrong answer with retries left is told: ``"retry"`` (default) that it is
+            incorrect; ``"direction"`` also the number read and whether it is too high or too low
+            (the instructions then say so).
         decay: reward multiplier per extra attempt, in (0, 1]; attempt k earns ``decay ** (k-1)``.
         dataset_path: optional GSM8K-style JSONL (see :func:`load_dataset`); when given, each
             ``reset`` draws one problem from it with ``self.np_random``. The shipped sample is
@@ -234,6 +239,7 @@ class MathTextEnv(gym.Env):
         render_mode: str | None = None,
         max_operand: int = 99,
         read: str = "only",
+        feedback: str = "retry",
     ) -> None:
         if not is_int(difficulty) or not 1 <= difficulty <= 3:
             raise ValueError(f"difficulty must be an int in 1..3, got {difficulty!r}")
@@ -243,6 +249,8 @@ class MathTextEnv(gym.Env):
             raise ValueError(f"read must be 'only' or 'last', got {read!r}")
         if not is_int(max_attempts) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if feedback not in ("retry", "direction"):
+            raise ValueError(f"feedback must be 'retry' or 'direction', got {feedback!r}")
         if not is_real(decay) or not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be a number in (0, 1], got {decay!r}")
         if dataset_path is not None and not isinstance(dataset_path, (str, os.PathLike)):
@@ -255,6 +263,7 @@ class MathTextEnv(gym.Env):
         self.max_operand = int(max_operand)
         self.read = read
         self.max_attempts = int(max_attempts)
+        self.feedback = feedback
         self.decay = float(decay)
         self.dataset_path = None if dataset_path is None else str(dataset_path)
         self.render_mode = render_mode
@@ -273,6 +282,8 @@ class MathTextEnv(gym.Env):
             f"You have {self.max_attempts} attempt(s). A correct answer on attempt k gives reward "
             f"{self.decay:g}^(k-1); a wrong answer gives 0 and, while attempts remain, a retry."
         )
+        if self.feedback == "direction" and self.max_attempts > 1:
+            self.instructions += " After a wrong answer you are told if it was too high or too low."
 
         # State, set by reset().
         self._problem: str | None = None
@@ -408,6 +419,10 @@ class MathTextEnv(gym.Env):
         elif left <= 0:
             self._terminated = True
             head = "Incorrect. No attempts left."
+        elif valid and self.feedback == "direction":
+            side = "high" if value > self._answer else "low"
+            head = (f"Incorrect: {_fmt_fraction(value)} is too {side}, try again. "
+                    f"Attempts left: {left}.")
         else:
             head = "Incorrect" if valid else "No number found in your answer"
             head += f", try again. Attempts left: {left}."

@@ -7,7 +7,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import ragen2_envs  # noqa: F401  (registers the ids)
-from ragen2_envs.countdown import CountdownTextEnv, EquationError, evaluate_equation, solve
+from ragen2_envs.countdown import (CountdownTextEnv, EquationError, evaluate_equation,
+                                   last_equation, solve)
 
 
 @pytest.mark.parametrize("text, value", [
@@ -77,6 +78,36 @@ def test_rewards_wrong_then_invalid_with_retries():
     assert env.step(answer)[1] == 1.0
 
 
+@pytest.mark.parametrize("text,equation", [
+    ("2 + 5", "2 + 5"),
+    ("2 + 5 = 7\n7 - 3 = 4", "7 - 3"),
+    ("So (10 - 3) * 2 = 14.", "(10 - 3) * 2"),
+    ("Step 1: 3 + 5", "3 + 5"),           # the longest expression of the line, not the "1"
+    ("3 \u00d7 4 \u2212 2\nThe answer is 10.", "3 * 4 - 2"),  # a last line without one is skipped
+    ("The answer is 12.", None),
+    (None, None),
+])
+def test_last_equation_reads_a_worked_reply(text, equation):
+    assert last_equation(text) == equation
+
+
+def test_read_last_steps_the_equation_a_reply_ends_on():
+    strict = CountdownTextEnv(num_count=2, max_attempts=2)
+    lenient = CountdownTextEnv(num_count=2, max_attempts=2, read="last")
+    for env in (strict, lenient):
+        env.reset(seed=3)
+    _, answer = lenient.demonstration()
+    reply = f"Let me try.\n{answer} = {lenient.target}"
+    assert not strict.step(reply)[4]["action_is_valid"]
+    _, reward, terminated, _, info = lenient.step(reply)
+    assert (reward, terminated, info["success"]) == (1.0, True, True)
+    lenient.reset(seed=3)
+    obs, reward, terminated, _, info = lenient.step("I do not know.")
+    assert (reward, terminated, info["action_is_valid"]) == (0.0, False, False)
+    assert obs.startswith("Invalid equation: no arithmetic expression found. Attempts left: 1.")
+    assert lenient.problem_key() == strict.problem_key()
+
+
 def test_registered_and_passes_gymnasium_checks():
     env = gymnasium.make("ragen2/Countdown-v0")
     check_env(env.unwrapped, skip_render_check=True)
@@ -84,7 +115,7 @@ def test_registered_and_passes_gymnasium_checks():
 
 
 @pytest.mark.parametrize("kwargs", [{"num_count": 1}, {"max_number": 1}, {"format_score": 1.0},
-                                    {"max_attempts": 0}])
+                                    {"max_attempts": 0}, {"read": "first"}])
 def test_bad_kwargs_are_refused(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         CountdownTextEnv(**kwargs)

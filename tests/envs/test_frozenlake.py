@@ -18,6 +18,7 @@ from ragen2_envs.grid import (
     bfs_path,
     move,
     parse_action,
+    read_action,
 )
 
 STATUS_RE = re.compile(r"^You are at row (\d+), column (\d+)\. The goal is at row (\d+), column (\d+)\.$")
@@ -71,6 +72,48 @@ def test_parse_action_valid(text, expected):
 @pytest.mark.parametrize("text", ["xyz", "", "Left Down", "Left..", "go left", None, 3, "L"])
 def test_parse_action_invalid(text):
     assert parse_action(text) is None
+
+
+@pytest.mark.parametrize(
+    "text,first,last",
+    [
+        ("Down", "Down", "Down"),
+        ("The goal is below me, so I move down.", "Down", "Down"),
+        ("Move Right, then Down.", "Right", "Down"),
+        ("I can't go left (the edge), so UP", "Left", "Up"),
+        ("right\nleft", "Right", "Left"),
+        ("upward and downstream, alright", None, None),  # no move word, only words that hold one
+        ("", None, None),
+        (None, None, None),
+    ],
+)
+def test_read_action_first_and_last_move_word(text, first, last):
+    assert read_action(text, "first") == first and read_action(text, "last") == last
+    assert read_action(text, "word") == parse_action(text)
+
+
+def test_read_action_refuses_an_unknown_reading():
+    with pytest.raises(ValueError, match="read"):
+        read_action("Left", "middle")
+
+
+def test_free_text_replies_with_read_first_and_last():
+    first = FrozenLakeTextEnv(size=4, hole_prob=0.0, random_start_goal=False, read="first")
+    last = FrozenLakeTextEnv(size=4, hole_prob=0.0, random_start_goal=False, read="last")
+    word = FrozenLakeTextEnv(size=4, hole_prob=0.0, random_start_goal=False)
+    reply = "Moving right first, then down."
+    for env in (first, last, word):
+        env.reset(seed=0)
+    assert first.step(reply)[4]["action_is_valid"] and first.player_pos == (0, 1)
+    assert last.step(reply)[4]["action_is_valid"] and last.player_pos == (1, 0)
+    assert not word.step(reply)[4]["action_is_valid"] and word.player_pos == (0, 0)
+    obs, _, _, _, info = first.step("I am not sure.")  # no move word: invalid, as before
+    assert not info["action_is_valid"] and first.player_pos == (0, 1)
+    assert obs.startswith("Invalid action 'I am not sure.'. Valid actions: Left, Down, Right, Up.")
+    # the problem (the map) does not depend on how replies are read
+    assert first.problem_key() == word.problem_key()
+    assert "Reply with one move: Left, Down, Right or Up." in first.instructions
+    assert "Reply with one move" not in word.instructions
 
 
 # ---------------------------------------------------------------- maps
@@ -319,6 +362,7 @@ def test_goal_on_last_step_is_terminated_not_truncated():
         ({"max_steps": 0}, "max_steps"),
         ({"max_steps": 2.5}, "max_steps"),
         ({"random_start_goal": 1}, "random_start_goal"),
+        ({"read": "any"}, "read"),
         ({"render_mode": "human"}, "render_mode"),
     ],
 )
@@ -330,7 +374,8 @@ def test_kwarg_validation(kwargs, name):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"size": 6, "is_slippery": True}, {"size": 2, "hole_prob": 0.5, "random_start_goal": False}]
+    "kwargs", [{}, {"size": 6, "is_slippery": True}, {"size": 2, "hole_prob": 0.5, "random_start_goal": False},
+               {"size": 3, "read": "last"}]
 )
 def test_check_env_passes(kwargs):
     with warnings.catch_warnings():

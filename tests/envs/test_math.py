@@ -198,6 +198,35 @@ def test_reward_decay_across_attempts():
     assert reward == pytest.approx(0.8)
 
 
+def test_direction_feedback_says_too_high_or_too_low():
+    env = MathTextEnv(difficulty=1, max_operand=9, max_attempts=3, read="last",
+                      feedback="direction")
+    assert "too high or too low" in env.instructions
+    assert "too high" not in MathTextEnv(max_attempts=3).instructions
+    assert "too high" not in MathTextEnv(max_attempts=1, feedback="direction").instructions
+    obs0, _ = env.reset(seed=4)
+    high, low = env.answer + 3, env.answer - 1
+    obs, reward, terminated, _, info = env.step(f"I think it is {high}")
+    assert (reward, terminated, info["attempt"]) == (0.0, False, 1)
+    assert obs == f"Incorrect: {high} is too high, try again. Attempts left: 2.\n" + obs0
+    obs, _, terminated, _, _ = env.step(f"= {low}")
+    assert obs == f"Incorrect: {low} is too low, try again. Attempts left: 1.\n" + obs0
+    assert not terminated
+    obs, reward, terminated, _, info = env.step(str(env.answer))
+    assert terminated and info["success"] and reward == 0.25
+    # unreadable answers and the last attempt read as before
+    env.reset(seed=4)
+    obs, _, _, _, info = env.step("no idea")
+    assert obs == "No number found in your answer, try again. Attempts left: 2.\n" + obs0
+    env.step(str(high))
+    obs, _, terminated, _, _ = env.step(str(high))
+    assert terminated and obs == "Incorrect. No attempts left.\n" + obs0
+    # a fraction is echoed as read
+    frac = MathTextEnv(difficulty=1, max_attempts=2, feedback="direction")
+    frac.reset(seed=0)
+    assert frac.step("1/2")[0].startswith(f"Incorrect: 1/2 is too {'high' if frac.answer < 0.5 else 'low'}")
+
+
 def test_max_attempts_exhaustion():
     env = MathTextEnv(difficulty=3, max_attempts=2)
     obs0, _ = env.reset(seed=1)
@@ -332,6 +361,7 @@ def test_empty_or_missing_dataset(tmp_path):
         ({"max_operand": 100}, "max_operand"),
         ({"max_operand": 9.0}, "max_operand"),
         ({"read": "first"}, "read"),
+        ({"feedback": "hint"}, "feedback"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": "3"}, "max_attempts"),
         ({"decay": 0.0}, "decay"),
@@ -349,7 +379,8 @@ def test_kwarg_validation(kwargs, name):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"difficulty": 2}, {"difficulty": 3, "max_attempts": 1}, {"dataset_path": str(SAMPLE_DATASET)}]
+    "kwargs", [{}, {"difficulty": 2}, {"difficulty": 3, "max_attempts": 1}, {"dataset_path": str(SAMPLE_DATASET)},
+               {"feedback": "direction", "read": "last"}]
 )
 def test_check_env_passes(kwargs):
     with warnings.catch_warnings():
