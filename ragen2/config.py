@@ -664,6 +664,7 @@ class ClusterConfig:
 
 
 RECIPES = ("tiny", "pretrained")
+_MODULE_NAME = re.compile(r"(?!.*\.py$)[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a file name is refused
 
 
 @dataclass
@@ -672,6 +673,11 @@ class Config:
     # the optimisation recipe, set by configs/recipe/<model>.yaml: tiny (a model ragen2 builds:
     # behaviour-cloned warm start, large learning rates) or pretrained (RAGEN-2's settings)
     recipe: Optional[str] = "tiny"
+    # modules imported before the config check and in every learner rank, rollout worker and env
+    # server, so what they register (an advantage estimator, a loss, a filter score, an env) is
+    # known everywhere: dotted module names, found from the folder ragen2 runs in or PYTHONPATH
+    # (plugins=[my_estimators]; docs/development.md)
+    plugins: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -691,8 +697,13 @@ class Config:
                 if hasattr(getattr(self, f.name), "validate")]
 
     def validate_top(self) -> None:
-        """The checks of the top level: every number finite and 64-bit, ``seed``, ``recipe``."""
+        """The checks of the top level: every number finite and 64-bit, ``seed``, ``recipe``,
+        ``plugins``."""
         _check_numbers(self)
+        for name in self.plugins:
+            _check(bool(_MODULE_NAME.fullmatch(name)), "plugins", self.plugins,
+                   f"{name!r} is not a module name: each entry is a dotted Python module name "
+                   f"as `import` takes it (plugins=[my_estimators] for ./my_estimators.py)")
         _check(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32)")
         _check(self.recipe in RECIPES, "recipe", self.recipe,
                f"one of {', '.join(RECIPES)}: this model has no configs/recipe/<model>.yaml (add "

@@ -5,7 +5,9 @@ rules that read several sections at once.
 order (the top level, then each section's own range checks with its registry checks beside them,
 then the cross-section rules) and raises :class:`~ragen2.config.ConfigError` at the first failure.
 :func:`ragen2.compose.to_config` calls it for every composed config. The registries are imported
-inside the checks, so importing this module stays as light as the schema.
+inside the checks, so importing this module stays as light as the schema. The modules listed in
+``plugins`` are imported first (:func:`ragen2.plugins.import_plugins`), so a name they register
+passes the checks; every check of a registered name says so in its "allowed" list.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from ragen2.config import (AlgorithmConfig, Config, ConfigError, EngineConfig, F
                            _choice)
 
 
+#: the end of every "allowed" list of registered names: where a name of one's own comes from
+PLUGIN_HINT = "; or a name registered by a module listed in plugins (docs/development.md)"
+
+
 def check_config(cfg: Config) -> None:
-    """Every check of ``cfg``: the schema's, the registries' and the cross-section rules."""
+    """Every check of ``cfg``: the schema's, the registries' and the cross-section rules, after
+    importing the ``plugins`` (what they register is then allowed)."""
     cfg.validate_top()
+    check_plugins(cfg)
     check_recipe(cfg)
     for name, section in cfg.sections():
         before, after = SECTION_CHECKS.get(name, (None, None))
@@ -29,6 +37,22 @@ def check_config(cfg: Config) -> None:
         if after is not None:
             after(section, name)
     check_cross_section(cfg)
+
+
+def check_plugins(cfg: Config) -> None:
+    """Import the modules of ``plugins``; one that fails is a :class:`ConfigError` naming it."""
+    from ragen2.plugins import PluginError, import_plugins
+
+    try:
+        import_plugins(cfg.plugins)
+    except PluginError as e:
+        raise ConfigError("plugins", cfg.plugins, str(e)) from e
+
+
+def _registered(obj: Any, p: str, name: str, allowed: list[str]) -> None:
+    """``obj.name`` is one of the registered names ``allowed`` (a plugin's included)."""
+    v = getattr(obj, name)
+    _check(v in allowed, f"{p}.{name}", v, "allowed: " + ", ".join(allowed) + PLUGIN_HINT)
 
 
 def check_recipe(cfg: Config) -> None:
@@ -66,29 +90,30 @@ def check_model(m: ModelConfig, p: str) -> None:
 def check_engine(e: EngineConfig, p: str) -> None:
     from ragen2.engines import ENGINES
 
-    _choice(e, p, "name", ENGINES.names())
+    _registered(e, p, "name", ENGINES.names())
 
 
 def check_algorithm_names(a: AlgorithmConfig, p: str) -> None:
-    from ragen2.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+    from ragen2.algos import ADVANTAGE_ESTIMATORS, LOSS_AGG_MODES, POLICY_LOSSES
+    from ragen2.algos.kl import KL_PENALTIES
 
-    _choice(a, p, "adv_estimator", ADVANTAGE_ESTIMATORS.names())
-    _choice(a, p, "policy_loss", POLICY_LOSSES.names())
-    _choice(a, p, "loss_agg_mode", LOSS_AGG_MODES)
-    _choice(a, p, "kl_estimator", KL_ESTIMATORS)
+    _registered(a, p, "adv_estimator", ADVANTAGE_ESTIMATORS.names())
+    _registered(a, p, "policy_loss", POLICY_LOSSES.names())
+    _registered(a, p, "loss_agg_mode", LOSS_AGG_MODES.names())
+    _registered(a, p, "kl_estimator", KL_PENALTIES.names())
 
 
 def check_algorithm_gate(a: AlgorithmConfig, p: str) -> None:
     from ragen2.algos.gating import REGULARISER_GATES
 
-    _choice(a, p, "regulariser_gate", REGULARISER_GATES)
+    _registered(a, p, "regulariser_gate", REGULARISER_GATES.names())
 
 
 def check_filter_names(f: FilterConfig, p: str) -> None:
     from ragen2.filtering import GROUP_SELECTORS
     from ragen2.filtering.select import KEEP_MODES
 
-    _choice(f, p, "strategy", ["none", *GROUP_SELECTORS.names()])
+    _registered(f, p, "strategy", ["none", *GROUP_SELECTORS.names()])
     _choice(f, p, "keep", KEEP_MODES)
 
 
@@ -100,8 +125,8 @@ def check_filter(f: FilterConfig, p: str) -> None:
         _check(GROUP_SELECTORS.get(f.strategy).has_smallest, f"{p}.keep", f.keep,
                f"{f.strategy} has no keep=smallest form: top_p, top_p_softmax, top_k or "
                "top_k_abs")
-    _choice(f, p, "metric", GROUP_SCORES.names())
-    _choice(f, p, "loss_scale", LOSS_SCALES.names())
+    _registered(f, p, "metric", GROUP_SCORES.names())
+    _registered(f, p, "loss_scale", LOSS_SCALES.names())
     if f.strategy != "none":
         try:
             GROUP_SELECTORS.get(f.strategy).check_value(f.strategy, f.value)
@@ -136,13 +161,13 @@ def check_trainer(t: TrainerConfig, p: str) -> None:
     from ragen2.metrics import SINKS
 
     for s in t.loggers:
-        _check(s in SINKS, f"{p}.loggers", s, "allowed: " + ", ".join(SINKS.names()))
+        _check(s in SINKS, f"{p}.loggers", s, "allowed: " + ", ".join(SINKS.names()) + PLUGIN_HINT)
 
 
 def check_sync(s: SyncConfig, p: str) -> None:
     from ragen2.sync import WEIGHT_SYNCS
 
-    _choice(s, p, "strategy", ["auto", *WEIGHT_SYNCS.names()])
+    _registered(s, p, "strategy", ["auto", *WEIGHT_SYNCS.names()])
 
 
 Check = Callable[[Any, str], None]

@@ -8,10 +8,14 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Maps config names to implementations; unknown names fail with the list of allowed ones."""
+    """Maps config names to implementations; unknown names fail with the list of allowed ones.
 
-    def __init__(self, kind: str) -> None:
+    ``ordered``: list the names in the order they were registered (the built-ins in their
+    documented order, then a plugin's) instead of sorted."""
+
+    def __init__(self, kind: str, *, ordered: bool = False) -> None:
         self.kind = kind
+        self.ordered = ordered
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -30,14 +34,14 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            allowed = ", ".join(sorted(self._items)) or "(none registered)"
+            allowed = ", ".join(self.names()) or "(none registered)"
             raise KeyError(f"unknown {self.kind} {name!r}; allowed: {allowed}") from None
 
     def names(self) -> list[str]:
-        return sorted(self._items)
+        return list(self._items) if self.ordered else sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.names())

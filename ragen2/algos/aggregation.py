@@ -26,12 +26,20 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-LOSS_AGG_MODES = (
-    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+from ragen2.registry import Registry
+
+#: (masked loss (B, T): zero where the mask is, mask (B, T), num_tokens, num_seqs, norm_tokens)
+#: -> 0-dim loss; see :func:`aggregate_loss` for the arguments
+AggregationMode = Callable[..., Tensor]
+
+#: ``algorithm.loss_agg_mode``: the four built-in modes in their documented order, then any a
+#: plugin module registers
+LOSS_AGG_MODES: Registry[AggregationMode] = Registry("loss aggregation mode", ordered=True)
 
 
 def _denominator(value: int | float | Tensor | None, default: Tensor) -> Tensor:
@@ -65,7 +73,8 @@ def aggregate_loss(
         loss_mat: (B, T) per-token loss.
         mask: (B, T) float, 1.0 where the token counts; masked-out entries are ignored even if
             inf/NaN.
-        mode: one of ``LOSS_AGG_MODES``:
+        mode: a name in ``LOSS_AGG_MODES`` (a plugin's mode gets the masked loss, zero where
+            the mask is, the mask and the three keyword arguments below):
             - "token-mean":          sum_{b,t} L*m / N_tok,  N_tok defaults to sum(m).
             - "seq-mean-token-mean": sum_b [ sum_t (L*m)_b / max(sum_t m_b, 1) ] / N_seq.
             - "seq-mean-token-sum":  sum_b sum_t (L*m)_b / N_seq.
@@ -80,19 +89,45 @@ def aggregate_loss(
     Denominators N_tok / N_seq are clamped to >= 1. Raises ValueError for an unknown mode or a
     missing / non-positive ``norm_tokens`` in "seq-mean-token-sum-norm".
     """
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; allowed: "
+                         f"{', '.join(LOSS_AGG_MODES.names())}")
     mask = mask.to(loss_mat.dtype)
     # where, not multiply: an inf/NaN on a masked-out position must not leak into the sum.
     masked = torch.where(mask > 0, loss_mat, torch.zeros_like(loss_mat))
-    if mode == "token-mean":
-        return masked.sum() / _denominator(num_tokens, mask.sum())
-    if mode in ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
-        seq_tokens = mask.sum(dim=-1)  # (B,)
-        seq_sum = masked.sum(dim=-1)  # (B,)
-        if mode == "seq-mean-token-mean":
-            per_seq = seq_sum / seq_tokens.clamp(min=1.0)
-        elif mode == "seq-mean-token-sum-norm":
-            per_seq = seq_sum / _constant_norm(norm_tokens)
-        else:
-            per_seq = seq_sum
-        return per_seq.sum() / _denominator(num_seqs, (seq_tokens > 0).to(loss_mat.dtype).sum())
-    raise ValueError(f"unknown loss aggregation mode {mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}")
+    return LOSS_AGG_MODES.get(mode)(masked, mask, num_tokens=num_tokens, num_seqs=num_seqs,
+                                    norm_tokens=norm_tokens)
+
+
+@LOSS_AGG_MODES.register("token-mean")
+def token_mean(masked: Tensor, mask: Tensor, *, num_tokens: int | float | Tensor | None = None,
+               **_: object) -> Tensor:
+    """sum_{b,t} L*m / N_tok."""
+    return masked.sum() / _denominator(num_tokens, mask.sum())
+
+
+def _seq_mean(per_seq: Tensor, mask: Tensor, num_seqs: int | float | Tensor | None) -> Tensor:
+    """sum_b per_seq_b / N_seq, N_seq defaulting to the rows with a masked-in token."""
+    return per_seq.sum() / _denominator(num_seqs, (mask.sum(dim=-1) > 0).to(per_seq.dtype).sum())
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-mean")
+def seq_mean_token_mean(masked: Tensor, mask: Tensor, *,
+                        num_seqs: int | float | Tensor | None = None, **_: object) -> Tensor:
+    """sum_b [ sum_t (L*m)_b / max(sum_t m_b, 1) ] / N_seq."""
+    return _seq_mean(masked.sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0), mask, num_seqs)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum")
+def seq_mean_token_sum(masked: Tensor, mask: Tensor, *,
+                       num_seqs: int | float | Tensor | None = None, **_: object) -> Tensor:
+    """sum_b sum_t (L*m)_b / N_seq."""
+    return _seq_mean(masked.sum(dim=-1), mask, num_seqs)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(masked: Tensor, mask: Tensor, *,
+                            num_seqs: int | float | Tensor | None = None,
+                            norm_tokens: float | None = None, **_: object) -> Tensor:
+    """Dr.GRPO: sum_b [ sum_t (L*m)_b / C ] / N_seq with the constant C = ``norm_tokens``."""
+    return _seq_mean(masked.sum(dim=-1) / _constant_norm(norm_tokens), mask, num_seqs)

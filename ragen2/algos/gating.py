@@ -8,15 +8,24 @@ reward spread σ_g keeps the regularisers where the task signal is.
     threshold  w_i = 1 if σ_g(i) > threshold else 0
     scaled     w_i = σ_g(i) / max_g σ_g     (0 for every sample when no group has spread)
 
-σ_g is the population std of the group's returns (the filter's σ_g, ``filtering.scores``).
+σ_g is the population std of the group's returns (the filter's σ_g, ``filtering.scores``). The
+gates sit in a registry (``algorithm.regulariser_gate``): a plugin module may register its own.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
-REGULARISER_GATES = ("none", "threshold", "scaled")
+from ragen2.registry import Registry
+
+#: (rewards (N,), group ids (N,), threshold) -> (N,) float32 weights
+RegulariserGate = Callable[[Tensor, Tensor, float], Tensor]
+
+#: ``algorithm.regulariser_gate``: none, threshold, scaled, then any a plugin module registers
+REGULARISER_GATES: Registry[RegulariserGate] = Registry("regulariser gate", ordered=True)
 
 
 def group_spread(rewards: Tensor, group_ids: Tensor) -> Tensor:
@@ -36,11 +45,25 @@ def regulariser_weights(rewards: Tensor, group_ids: Tensor, gate: str = "none",
     """(N,) float32 weight of each sample's KL and entropy terms (see the module docstring)."""
     if gate not in REGULARISER_GATES:
         raise ValueError(f"gate {gate!r} is invalid; allowed: {', '.join(REGULARISER_GATES)}")
+    return REGULARISER_GATES.get(gate)(rewards, group_ids, threshold)
+
+
+@REGULARISER_GATES.register("none")
+def no_gate(rewards: Tensor, group_ids: Tensor, threshold: float) -> Tensor:
+    """w_i = 1."""
+    return torch.ones(len(torch.as_tensor(rewards).reshape(-1)), dtype=torch.float32)
+
+
+@REGULARISER_GATES.register("threshold")
+def threshold_gate(rewards: Tensor, group_ids: Tensor, threshold: float) -> Tensor:
+    """w_i = 1 if σ_g(i) > threshold else 0."""
+    return (group_spread(rewards, group_ids) > threshold).to(torch.float32)
+
+
+@REGULARISER_GATES.register("scaled")
+def scaled_gate(rewards: Tensor, group_ids: Tensor, threshold: float) -> Tensor:
+    """w_i = σ_g(i) / max_g σ_g (0 for every sample when no group has spread)."""
     n = len(torch.as_tensor(rewards).reshape(-1))
-    if gate == "none":
-        return torch.ones(n, dtype=torch.float32)
     sigma = group_spread(rewards, group_ids)
-    if gate == "threshold":
-        return (sigma > threshold).to(torch.float32)
     top = float(sigma.max()) if n else 0.0
     return (sigma / top).to(torch.float32) if top > 0 else torch.zeros(n, dtype=torch.float32)

@@ -50,8 +50,10 @@ class LearnerRank:
         """``cores``: pin this rank's process to them (``cluster.layout=split`` on the CPU,
         :mod:`ragen2.cluster.cores`); empty: wherever the OS puts it."""
         from ragen2.cluster.cores import claim_cpu
+        from ragen2.plugins import import_plugins
 
         claim_cpu(threads, cores)
+        import_plugins(cfg.plugins)  # a plugin's loss, estimator, gate ... is known in this rank
         self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
         self.settings = settings
 

@@ -34,8 +34,10 @@ class RolloutWorker:
         """``cores``: pin this worker's process (its in-process engine included) to them
         (``cluster.layout=split`` on the CPU, :mod:`ragen2.cluster.cores`)."""
         from ragen2.cluster.cores import claim_cpu
+        from ragen2.plugins import import_plugins
 
         claim_cpu(threads, cores)
+        import_plugins(cfg.plugins)  # what they register (an env, an engine) is known here too
         from ragen2.engines import ENGINES
         from ragen2.rollout.chat import ChatRenderer
         from ragen2.rollout.envs import all_entries, format_penalties, make_env
