@@ -160,9 +160,11 @@ def heldout_seeds(name: str, cand: Candidate, n: int) -> tuple[list[int], dict[s
     return seeds, info
 
 
-def random_moves(cand: Candidate, seeds: list[int], episodes: int = RANDOM_EPISODES) -> dict[str, Any]:
+def random_moves(cand: Candidate, seeds: list[int],
+                 episodes: int = RANDOM_EPISODES) -> dict[str, Any]:
     """Uniformly random moves on the held-out maps (cycled), ``max_turns`` at most: the success a
-    policy that ignores the board gets, and the mean shortest path (the fewest turns a win takes)."""
+    policy that ignores the board gets, and the mean shortest path (the fewest turns a win
+    takes)."""
     from ragen2.rollout.envs import make_env
     from ragen2_envs.grid import ACTION_NAMES, bfs_path
 
@@ -243,7 +245,8 @@ def measure(engine: Any, name: str, cand: Candidate, args: Any) -> dict[str, Any
     from ragen2.rollout.runner import EngineTurnPolicy, EpisodeSpec, run_episodes
 
     seeds, out = baseline(name, cand, args.n)
-    specs = [EpisodeSpec(seed, i, name) for i, seed in enumerate(seeds) for _ in range(args.samples)]
+    specs = [EpisodeSpec(seed, i, name)  # a group per problem: its samples side by side
+             for i, seed in enumerate(seeds) for _ in range(args.samples)]
     params = SamplingParams(temperature=args.temperature, top_p=1.0,
                             max_new_tokens=args.max_new_tokens, stop=("</answer>",),  # engine.stop
                             seed=args.seed)

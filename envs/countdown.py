@@ -108,7 +108,8 @@ def last_equation(text: str) -> str | None:
     if not isinstance(text, str):
         return None
     for line in reversed(text.splitlines()):
-        left = line.split("=")[0].replace("\u00d7", "*").replace("\u00f7", "/").replace("\u2212", "-")
+        left = line.split("=")[0]
+        left = left.replace("\u00d7", "*").replace("\u00f7", "/").replace("\u2212", "-")
         exprs = [e.strip() for e in _EXPR.findall(left)]
         exprs = [e for e in exprs if any(op in e for op in _OPS)]
         if exprs:

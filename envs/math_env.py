@@ -13,8 +13,8 @@ After a wrong answer the observation is ``Incorrect, try again. Attempts left: N
 the problem (an answer without a readable number starts with ``No number found in your answer.``
 instead of ``Incorrect``). With ``feedback="direction"`` it also says which way the answer is
 off, so a retry has something to go on: ``Incorrect: 18 is too high, try again. Attempts left:
-N.`` (the number as read, ``too low`` below the answer). The final observation is ``Correct! The answer is X.`` or
-``Incorrect. No attempts left.`` followed by the problem.
+N.`` (the number as read, ``too low`` below the answer). The final observation is
+``Correct! The answer is X.`` or ``Incorrect. No attempts left.`` followed by the problem.
 
 Rewards: a correct answer on attempt ``k`` gives ``decay ** (k - 1)`` and terminates with
 ``success=True``; everything else gives 0. After ``max_attempts`` wrong (or unreadable) answers
