@@ -257,10 +257,11 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """Advantage estimator, policy loss and regularisers (registries in ``ragen2.algos``)."""
+    """Advantage estimator, policy loss and regularisers (registries in ``ragen2.algos``; a
+    module listed in ``plugins`` may register more)."""
 
     name: str = "grpo"  # preset name (configs/algorithm): grpo | ppo | dapo | drgrpo
-    adv_estimator: str = "grpo"  # grpo | gae
+    adv_estimator: str = "grpo"  # grpo | gae (ragen2.algos.ADVANTAGE_ESTIMATORS)
     norm_adv_by_std: bool = True  # GRPO: divide advantages by the group's reward std
     gamma: float = 1.0  # GAE discount
     lam: float = 1.0  # GAE lambda
@@ -268,12 +269,14 @@ class AlgorithmConfig:
     clip_ratio_low: float = 0.2  # PPO clip below 1
     clip_ratio_high: float = 0.28  # PPO clip above 1 (clip-higher)
     dual_clip_c: Optional[float] = 3.0  # dual-clip bound for negative advantages (null = off)
-    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    # (ragen2.algos.aggregation.LOSS_AGG_MODES)
+    loss_agg_mode: str = "token-mean"
     # seq-mean-token-sum-norm (Dr.GRPO) divides each sequence's token sum by this constant;
     # null = engine.max_new_tokens x rollout.max_turns (the longest response a trajectory holds)
     loss_agg_norm_tokens: Optional[int] = None
     kl_coef: float = 0.0  # KL penalty to a frozen reference (0 = no reference model)
-    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators; ragen2.algos.kl.KL_PENALTIES)
     entropy_coef: float = 0.0  # entropy bonus coefficient
     ppo_epochs: int = 1  # passes over a step's batch
     ppo_mini_batches: int = 1  # optimizer steps per pass (the batch split evenly)
@@ -287,7 +290,7 @@ class AlgorithmConfig:
     value_coef: float = 1.0  # weight of the value loss
     # SNR-gated regularisers (ragen2.algos.gating): weight each sample's KL and entropy terms by
     # its group's reward spread: none | threshold (1 if σ_g > regulariser_gate_threshold, else 0)
-    # | scaled (σ_g / max σ_g)
+    # | scaled (σ_g / max σ_g) (registry REGULARISER_GATES)
     regulariser_gate: str = "none"
     regulariser_gate_threshold: float = 0.0  # the threshold gate's σ_g cut
     # bounded staleness (trainer.max_staleness >= 1) only: the cap of the decoupled objective's
@@ -673,10 +676,10 @@ class Config:
     # the optimisation recipe, set by configs/recipe/<model>.yaml: tiny (a model ragen2 builds:
     # behaviour-cloned warm start, large learning rates) or pretrained (RAGEN-2's settings)
     recipe: Optional[str] = "tiny"
-    # modules imported before the config check and in every learner rank, rollout worker and env
-    # server, so what they register (an advantage estimator, a loss, a filter score, an env) is
+    # modules imported before the config check and in every learner rank and rollout
+    # worker, so what they register (an advantage estimator, a loss, a filter score, an env) is
     # known everywhere: dotted module names, found from the folder ragen2 runs in or PYTHONPATH
-    # (plugins=[my_estimators]; docs/development.md)
+    # ('plugins=[my_estimators]'; docs/development.md; ragen2 serve-env takes --plugin)
     plugins: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -5,9 +5,10 @@ A registration (an advantage estimator, a policy loss, a KL estimator, a filter 
 Gymnasium env, ...) lives in the registry of the process that imported the module making it. So
 :func:`import_plugins` runs wherever a registry is read: in the driver before the config check
 (:func:`ragen2.config_check.check_config`), at the start of every learner rank and rollout worker
-(Ray actors), and in ``ragen2 serve-env`` (its ``--plugin``). The actors find a module in the
-driver's working directory through ``PYTHONPATH``, which :func:`ragen2.train.ensure_ray` passes
-to every Ray worker.
+(Ray actors), and in ``ragen2 serve-env`` (its ``--plugin``). The actors find the modules
+through ``PYTHONPATH``, which :func:`ragen2.train.ensure_ray` sets for every Ray worker to the
+driver's working directory and the folders the driver imported the plugins from
+(:func:`plugin_paths`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,24 @@ def import_plugins(names: Sequence[str]) -> list[ModuleType]:
                 f"(a module importable from the folder ragen2 runs in, {os.getcwd()}, or from "
                 f"PYTHONPATH; this process searched {_search_path()})") from e
     return modules
+
+
+def plugin_paths(names: Sequence[str]) -> list[str]:
+    """The ``sys.path`` folders this process imported each plugin of ``names`` from (a package's
+    parent folder; nothing for one installed in the interpreter's environment): what another
+    process needs on its path to import them too. Call after :func:`import_plugins`."""
+    out: list[str] = []
+    for name in names:
+        top = sys.modules.get(name.split(".")[0])
+        where = getattr(top, "__file__", None)
+        if where is None:
+            continue  # a namespace package or a built-in: left to PYTHONPATH
+        folder = os.path.dirname(os.path.abspath(where))
+        if hasattr(top, "__path__"):  # a package: its parent folder is on sys.path
+            folder = os.path.dirname(folder)
+        if not folder.startswith((sys.prefix, sys.base_prefix)) and folder not in out:
+            out.append(folder)
+    return out
 
 
 def _search_path() -> str:

@@ -105,8 +105,12 @@ def ensure_ray(cfg: Config) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # Workers must import the user's env modules (env.id=<module>:<id>) exactly as the driver does.
-    path = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+    # Workers must import the user's env modules (env.id=<module>:<id>) and plugins exactly as the
+    # driver does.
+    from ragen2.plugins import plugin_paths
+
+    path = os.pathsep.join(p for p in [os.getcwd(), *plugin_paths(cfg.plugins),
+                                       os.environ.get("PYTHONPATH", "")] if p)
     from ragen2.cluster.jobs import ray_address
     from ragen2.cluster.placement import ACTOR_ENV
 

@@ -104,7 +104,8 @@ def make_env(env_id: str, kwargs: dict[str, Any] | None = None) -> gym.Env:
         ours = ", ".join(k for k in gym.registry if k.startswith("ragen2/"))
         raise EnvSpecError(f"env.id={env_id!r} could not be made ({type(e).__name__}: {e}). "
                            f"Registered ragen2 envs: {ours}; a user env: "
-                           "env.id=<module>:<EnvName-v0>") from None
+                           "env.id=<module>:<EnvName-v0>, or an id a module listed in plugins "
+                           "registers") from None
     except (TypeError, ValueError) as e:
         raise EnvSpecError(f"env.kwargs={dict(kwargs or {})!r} rejected by {env_id}: {e}") from None
     except AttributeError as e:  # e.g. Gymnasium's checker: no action_space / observation_space

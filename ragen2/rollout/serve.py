@@ -1,9 +1,10 @@
 """``ragen2 serve-env ENV_ID [KEY=VALUE ...]``: serve a registered Gymnasium text env over HTTP.
 
 Any env ``ragen2 train`` accepts as ``env.id`` (``ragen2/FrozenLake-v0``, a user's
-``module:Env-v0`` imported from the working directory) with kwargs as ``KEY=VALUE`` (the value read
-as JSON when it parses, else as text: ``size=6 is_slippery=true``). The env is checked as
-``ragen2 train`` checks it (``reset(seed=0)``) before the port opens. Training then selects it with
+``module:Env-v0`` imported from the working directory, an id a ``--plugin`` module registers)
+with kwargs as ``KEY=VALUE`` (the value read as JSON when it parses, else as text:
+``size=6 is_slippery=true``). The env is checked as ``ragen2 train`` checks it
+(``reset(seed=0)``) before the port opens. Training then selects it with
 ``env.id=ragen2/Remote-v0 env.kwargs.url=<the printed URL>`` (docs/tutorials/remote-env.md;
 the protocol: docs/reference/env-protocol.md).
 """
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url-file", default=None,
                    help="write the URL (or the list of URLs) here once listening, ready for "
                         "env.kwargs.url=$(cat FILE)")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import this module first (repeatable), as the training config's "
+                        "plugins=[...] does: an env it registers can then be served")
     p.add_argument("--hook", action="append", default=[], metavar="NAME",
                    help=f"serve this env method too (besides {', '.join(HOOKS)})")
     p.add_argument("--idle-timeout-s", type=float, default=900.0,
@@ -62,18 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ragen2.plugins import PluginError, import_plugins
     from ragen2.rollout.envs import EnvEntry, EnvSpecError, env_factory, env_name, probe_env
     from ragen2_envs.remote import HOOKS
     from ragen2_envs.remote_server import serve
 
     args = build_parser().parse_args(argv)
     try:
+        import_plugins(args.plugin)  # before the env id is looked up; forked servers inherit them
         kwargs = parse_kwargs(args.kwargs)
         if args.processes < 1 or (args.processes > 1 and args.port != 0):
             raise ValueError("--processes must be >= 1, and with several --port must stay 0 "
                              "(each process binds a port of its own)")
         probe_env(EnvEntry(env_name(args.env_id), args.env_id, kwargs))
-    except (ValueError, EnvSpecError) as e:
+    except (ValueError, EnvSpecError, PluginError) as e:
         print(f"ragen2 serve-env: {e}", file=sys.stderr)
         return 2
     try:
