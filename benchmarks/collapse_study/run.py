@@ -1,6 +1,13 @@
 """The collapse study: RAGEN-2's signature in miniature on the CPU (tiny model, FrozenLake, Sokoban).
 
-Two designs (``--design``):
+Three designs (``--design``):
+
+* ``v3`` (README "Study 3", pre-registered 2026-12-04; results in ``results_v3/``): a dose series
+  of the entropy bonus (0, c_low, c_high from the pilot's ``results_v3/doses.json``), each without
+  a filter and with RAGEN-2's top-p, seeds 0-3, 100 steps, resumable from checkpoints; ``--pilot``
+  runs the registered dose pilot, ``--dry-run`` prints every command in order. Its code:
+  ``study3.py`` (arms, order, pilot, runner), ``study3_analysis.py`` (the registered rules),
+  ``study3_report.py`` (results.json, tables.md, curves, examples).
 
 * ``v2`` (default; pre-registered in README.md "Study 2", results in ``results_v2/``): today's
   default job (16 groups x 4 rollouts, 3-epoch warm start), five arms -- ``none``, ``top_p``
@@ -31,6 +38,9 @@ Usage::
     python benchmarks/collapse_study/run.py --quick         # 3 arms x 1 seed x 2 steps (smoke test)
     python benchmarks/collapse_study/run.py --analyze-only  # redo the analysis of existing runs
     python benchmarks/collapse_study/run.py --design v1     # the superseded 2026-11-30 study
+    python benchmarks/collapse_study/run.py --design v3 --pilot     # Study 3's dose pilot
+    python benchmarks/collapse_study/run.py --design v3 --dry-run   # Study 3's commands, in order
+    python benchmarks/collapse_study/run.py --design v3             # Study 3's counted runs
 """
 
 from __future__ import annotations
@@ -561,7 +571,8 @@ def measure_entropy(out: Path, seeds: list[int], cache_root: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--design", choices=sorted(DESIGNS), default="v2")
+    ap.add_argument("--design", choices=sorted([*DESIGNS, "v3"]), default="v2",
+                    help="v3: Study 3 (study3.py; its doses from results_v3/doses.json)")
     ap.add_argument("--quick", action="store_true", help="3 arms x 1 seed x 2 steps (CI smoke test)")
     ap.add_argument("--out", type=Path, default=None,
                     help="output directory (default: benchmarks/collapse_study/<design's results>"
@@ -577,7 +588,15 @@ def main() -> int:
     ap.add_argument("--analyze-only", action="store_true", help="reuse the runs in --out")
     ap.add_argument("--measure-entropy", action="store_true",
                     help="measure the *_ent arms' entropy coefficient (README 'Study 2')")
+    ap.add_argument("--pilot", action="store_true",
+                    help="v3: the dose pilot (seed 100), then results_v3/doses.json")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="v3: print every run's command in order, run nothing")
     args = ap.parse_args()
+    if args.design == "v3":
+        return main_v3(ap, args)
+    if args.pilot or args.dry_run:
+        ap.error("--pilot and --dry-run belong to --design v3")
     design = DESIGNS[args.design]
     arms = args.arms or (QUICK["arms"] if args.quick else design["default_arms"])
     unknown = [a for a in arms if a not in design["arms"]]
@@ -627,6 +646,32 @@ def main() -> int:
         print(f"failed runs: {', '.join(failed)} (logs in {out / 'runs'})", file=sys.stderr)
         return 1
     return 0
+
+
+def main_v3(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Study 3 (README "Study 3"): the dose pilot, the counted runs (resumable) or the analysis."""
+    sys.path.insert(0, str(HERE))
+    import study3
+    import study3_report
+
+    if args.quick or args.measure_entropy or args.variant != "default":
+        ap.error("--quick, --measure-entropy and --variant belong to designs v1/v2")
+    out = args.out or study3.RESULTS
+    if args.pilot:
+        return study3.run_pilot(out, args.cache_root, dry_run=args.dry_run)
+    if args.analyze_only:
+        previous = study3._results(out)
+        if not previous:
+            ap.error(f"--analyze-only: no {out / 'results.json'} to reanalyse")
+        study3_report.analyze(out, previous["runs"], previous["settings"])
+        return 0
+    seeds = args.seeds or study3.FULL["seeds"]
+    try:
+        study3.run_order(seeds, args.arms)
+    except ValueError as e:
+        ap.error(f"--arms: {e}")
+    return study3.run_study(out, seeds, args.arms, args.cache_root, rerun=args.rerun,
+                            dry_run=args.dry_run)
 
 
 if __name__ == "__main__":
