@@ -35,6 +35,15 @@ def runner():
     return load_benchmark("collapse_study/run.py", "collapse_study_run3")
 
 
+def _checkpoint(run_dir: Path, step: int, overrides: list[str]) -> None:
+    """What an interrupted run leaves: its overrides and a complete checkpoint of ``step``."""
+    ckpt = run_dir / "checkpoints" / f"step_{step:06d}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {x}\n" for x in overrides))
+
+
 def _doses(out: Path, doses: dict | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "doses.json").write_text(json.dumps({"doses": doses or DOSES}))
@@ -58,9 +67,10 @@ def test_dry_run_prints_every_run_in_the_registered_order(runner, s3, tmp_path, 
     (done / "summary.json").write_text("{}")
     (out / "results.json").write_text(json.dumps({"runs": [
         {"arm": "d0", "seed": 0, "returncode": 0, "overrides": study3.overrides("d0", 0, DOSES)}]}))
-    ckpt = out / "runs" / "dhigh_s0" / "checkpoints" / "step_000030"
-    ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text("{}")
+    _checkpoint(out / "runs" / "dhigh_s0", 30, study3.overrides("dhigh", 0, DOSES))
+    # d0_top_p seed 0 has a checkpoint of a run with other doses: started again, not resumed
+    _checkpoint(out / "runs" / "d0_top_p_s0", 50,
+                study3.overrides("d0_top_p", 0, {**DOSES, "d0": 0.01}))
     monkeypatch.setattr(sys, "argv", ["run.py", "--design", "v3", "--dry-run", "--out", str(out),
                                       "--cache-root", str(tmp_path / "cache")])
     assert runner.main() == 0
@@ -81,7 +91,7 @@ def test_dry_run_prints_every_run_in_the_registered_order(runner, s3, tmp_path, 
     # the last run of seed 3: top-p (RAGEN-2's filter, kept measuring when a step keeps nothing)
     assert lines[-1].split("): ", 1)[1].split(" ")[1:4] == [
         "filter=ragen2_paper", "trainer.max_skipped_steps=1000", "algorithm.entropy_coef=0.03"]
-    assert "(start)" in lines[2] and "trainer.resume=true" not in lines[2]
+    assert "(start)" in lines[2] and "trainer.resume=true" not in lines[2]  # other doses
 
 
 def test_the_runner_records_each_run_and_resumes_an_interrupted_one(s3, tmp_path, monkeypatch):
@@ -98,9 +108,7 @@ def test_the_runner_records_each_run_and_resumes_an_interrupted_one(s3, tmp_path
         arm, seed = run_dir.name.rsplit("_s", 1)
         run_dir.mkdir(parents=True, exist_ok=True)
         if arm == "dhigh" and len(calls) == 2:  # the first attempt: stopped after step 10
-            ckpt = run_dir / "checkpoints" / "step_000010"
-            ckpt.mkdir(parents=True)
-            (ckpt / "trainer_state.json").write_text("{}")
+            _checkpoint(run_dir, 10, [x for x in cmd[1:-1]])
             (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 10}) + "\n")
             return {"returncode": 75, "wall_s": 5.0, "foreign_cpu_s": 0.0, "foreign_cores": 0.0}
         shutil.rmtree(run_dir)

@@ -172,12 +172,22 @@ def pilot_overrides(coef: float, s: dict[str, Any] = FULL) -> list[str]:
     return [*FILTERS["none"], dose_override(coef), *protocol(PILOT_SEED, s)]
 
 
-def resume_from(run_dir: Path) -> int | None:
-    """The step of the newest complete checkpoint in ``run_dir`` (None: nothing to resume)."""
+def resume_from(run_dir: Path, overs: list[str]) -> int | None:
+    """The step of the newest complete checkpoint in ``run_dir``, if the run there had exactly
+    ``overs`` (its ``.hydra/overrides.yaml``, ``trainer.resume=true`` aside); None: nothing to
+    resume (no checkpoint, or a run of other overrides -- other doses, another protocol --
+    which is started again from scratch)."""
+    from ragen2.analysis.rollouts import load_overrides
     from ragen2.learner import checkpoint
 
     ckpt = checkpoint.latest(run_dir)
-    return None if ckpt is None else int(ckpt.name.split("_")[1])
+    try:
+        recorded = load_overrides(run_dir)
+    except ValueError:
+        recorded = None
+    if ckpt is None or recorded is None or [x for x in recorded if x != "trainer.resume=true"] != overs:
+        return None
+    return int(ckpt.name.split("_")[1])
 
 
 def command(overs: list[str], run_dir: Path, resume: bool) -> list[str]:
@@ -200,7 +210,7 @@ def plan(out: Path, doses: dict[str, Any], seeds: list[int], arms: list[str] | N
                 and (run_dir / "summary.json").exists()):
             action, step = "skip", None
         else:
-            step = None if rerun or not run_dir.exists() else resume_from(run_dir)
+            step = None if rerun or not run_dir.exists() else resume_from(run_dir, overs)
             action = "start" if step is None else "resume"
         steps.append({"arm": arm, "seed": seed, "run_dir": run_dir, "overrides": overs,
                       "action": action, "resume_step": step,
@@ -385,7 +395,7 @@ def run_pilot(out: Path, cache_root: Path, dry_run: bool = False, s: dict[str, A
     for c in PILOT_CANDIDATES:
         if c not in outcomes:
             run_dir = out / "pilot" / f"c{c}_s{PILOT_SEED}"
-            step = resume_from(run_dir) if run_dir.exists() else None
+            step = resume_from(run_dir, pilot_overrides(c, s)) if run_dir.exists() else None
             if run_dir.exists() and step is None:
                 shutil.rmtree(run_dir)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
