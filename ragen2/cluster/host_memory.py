@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional
 
 from ragen2.cluster.host import HostMemory, host_memory
+from ragen2.cluster.memory import trains_critic
 from ragen2.cluster.shapes import ModelShape, model_shape
 from ragen2.config import HF_MAX_BATCH, SCORE_TOKENS_CPU, Config
 
@@ -170,7 +171,7 @@ def micro_batch_tokens(cfg: Config, mbt: Optional[int] = None) -> int:
 def update_terms(cfg: Config, shape: ModelShape, ckpt: bool, n_tok: int) -> dict[str, float]:
     """What one learner rank adds during an update, on top of what it keeps resident."""
     p, pc, w, c = shape.params(), shape.critic_params(), cfg.cluster.learner_world_size, compute_bytes(cfg)
-    lora, critic = cfg.learner.lora.rank > 0, cfg.algorithm.adv_estimator == "gae"
+    lora, critic = cfg.learner.lora.rank > 0, trains_critic(cfg)
     h, layers = shape.hidden_size, shape.num_layers
     a = shape.activation_bytes_per_token_layer() * c / 2
     sharded = w > 1 or c == 2
@@ -234,7 +235,7 @@ def estimate_host_memory(cfg: Config, host: HostMemory, shape: Optional[ModelSha
                "policy weights+Adam": (4 * p if lc.lora.rank > 0 else 12 * p) / w}
     if alg.kl_coef > 0:
         learner["reference"] = 4 * p / w
-    if alg.adv_estimator == "gae":
+    if trains_critic(cfg):
         learner["critic weights+Adam"] = 12 * pc / w
     b = HostBudget(model=shape.name or cfg.model.path or cfg.model.name,
                    room=host.available - (1 - _ray_threshold()) * host.total, host=host,

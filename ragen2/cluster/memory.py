@@ -181,6 +181,14 @@ def gib(x: float) -> str:
     return f"{x / GiB:.1f} GiB"
 
 
+def trains_critic(cfg: Config) -> bool:
+    """Whether the learner trains a critic: ``algorithm.adv_estimator`` reads critic values (GAE,
+    or a plugin's estimator registered with ``needs_critic``)."""
+    from ragen2.algos.objective import needs_critic
+
+    return needs_critic(cfg.algorithm)
+
+
 def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = None
                     ) -> Optional[MemoryBudget]:
     """The per-GPU budget of ``cfg`` on GPUs of ``gpu_bytes``; None on CPU or for an unknown model."""
@@ -200,7 +208,7 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
     resident["policy weights+Adam"] = (4 * p if lora else 12 * p) / w
     if alg.kl_coef > 0:
         resident["reference"] = 4 * p / w
-    critic = alg.adv_estimator == "gae"
+    critic = trains_critic(cfg)
     if critic:
         resident["critic weights+Adam"] = 12 * pc / w
     if offload:  # FSDP2 CPUOffloadPolicy: sharded parameters, gradients and Adam states on the CPU
@@ -414,7 +422,7 @@ def fix_advice(cfg: Config, b: MemoryBudget) -> str:
                    "e.g. cluster=gpu_8)")
         if not lc.cpu_offload:
             out.append("learner.cpu_offload=true")
-        if alg.adv_estimator == "gae":
+        if trains_critic(cfg):
             out.append("algorithm=grpo (no critic)")
         if lc.lora.rank == 0:
             out.append("learner.lora.rank=16 (adapters only)")
