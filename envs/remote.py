@@ -10,7 +10,9 @@ The optional hooks (``problem_key``, ``problem_keys``, ``ground``, ``demonstrati
 the server lists the hooks it has in ``GET /metadata``, and a hook it lacks is ``None`` here
 (ragen2's opt-out), so a remote env is split and monitored exactly as the same env in-process.
 ``problem_key`` comes with the reset's answer and ``state_coordinates`` with every reset's and
-step's, so neither costs a request of its own. Other hooks the server lists are forwarded too
+step's, so neither costs a request of its own; a server that lists ``ground`` in its metadata's
+``step_hooks`` takes a turn's reasoning with the step and answers the verdict with it
+(:meth:`RemoteTextEnv.ground_with_step`), so a turn of the default job is one request. Other hooks the server lists are forwarded too
 (``env.unwrapped.<name>(*args)``), unless the name is one of the client's own (``render``, ...).
 
 Faults: every request has a timeout (``timeout_s``) and up to ``retries`` retries with exponential
@@ -39,7 +41,7 @@ from gymnasium import spaces
 
 from .checks import OBS_CHARSET, is_int, is_real
 
-__all__ = ["PROTOCOL", "HOOKS", "STATE_HOOKS", "RemoteTextEnv", "RemoteEnvError", "EnvServerDown",
+__all__ = ["PROTOCOL", "HOOKS", "STATE_HOOKS", "STEP_HOOKS", "RemoteTextEnv", "RemoteEnvError", "EnvServerDown",
            "RemoteEnvConfigError"]
 
 #: the protocol's name and version, in ``GET /metadata`` as ``protocol``
@@ -49,6 +51,10 @@ HOOKS = ("problem_key", "problem_keys", "ground", "demonstration", "state_coordi
 #: the hooks without arguments whose value a state has: sent with every reset's and step's answer
 #: (a field of that name), so asking for them after a reset or step costs no request
 STATE_HOOKS = ("problem_key", "state_coordinates")
+#: the hooks a step request may carry, each on the state before the step: the request's field of
+#: that name holds the hook's argument, the answer's field its result (a server lists the ones it
+#: takes in its metadata's ``step_hooks``; with others the client asks ``/hook/<name>`` first)
+STEP_HOOKS = ("ground",)
 #: answers that mean "not now" (a proxy without its backend, an overloaded server): retried
 RETRY_STATUSES = frozenset({502, 503, 504})
 #: the longest wait between two attempts of one request
@@ -168,6 +174,8 @@ class RemoteTextEnv(gym.Env):
         self._episode: str | None = None
         self._steps = 0
         self._state: dict[str, Any] = {}  # the STATE_HOOKS values the last answer carried
+        self._pending_ground: str | None = None  # reasoning the next step carries
+        self._grounded: tuple[str, Any] | None = None  # (reasoning, verdict) the last step carried
 
         meta = self._server_metadata()
         served = meta.get("name")
@@ -187,6 +195,9 @@ class RemoteTextEnv(gym.Env):
                     and not hasattr(type(self), name):
                 setattr(self, name, functools.partial(self._hook, name))
         self._idempotent = bool(meta.get("idempotent_steps", False))
+        step_hooks = meta.get("step_hooks") or []
+        self._step_hooks = frozenset(h for h in STEP_HOOKS if h in hooks and
+                                     isinstance(step_hooks, list) and h in step_hooks)
         if isinstance(meta.get("instructions"), str):
             self.instructions = meta["instructions"]
         actions = meta.get("valid_actions")
@@ -292,7 +303,7 @@ class RemoteTextEnv(gym.Env):
         body: dict[str, Any] = {"episode_id": self._episode, "seed": seed}
         if options:
             body["options"] = options
-        self._state = {}
+        self._state, self._pending_ground, self._grounded = {}, None, None
         try:
             doc = self._request("POST", "/reset", body, "reset")
             obs, info = _observation(doc, "reset"), _info(doc, "reset")
@@ -311,11 +322,18 @@ class RemoteTextEnv(gym.Env):
         self._steps += 1
         body = {"episode_id": self._episode, "action": {"text": str(action)},
                 "step_index": self._steps}
+        reasoning, self._pending_ground, self._grounded = self._pending_ground, None, None
+        if reasoning is not None:
+            body["ground"] = reasoning
         what = f"step {self._steps}"
         self._state = {}
         try:
             doc = self._request("POST", "/step", body, what, replayable=self._idempotent)
             obs, info = _observation(doc, what), _info(doc, what)
+            if reasoning is not None and "ground" not in doc:
+                raise RemoteEnvError(f"{what} at {self.url}: malformed answer: no \"ground\" "
+                                     "though the request carried the reasoning (the server lists "
+                                     "ground in its step_hooks)")
             reward = doc.get("reward")
             if reward is None:
                 reward = 0.0
@@ -332,6 +350,8 @@ class RemoteTextEnv(gym.Env):
             self._episode = None  # the server's episode is in an unknown state
             raise
         self._state = {k: doc[k] for k in STATE_HOOKS if k in doc}
+        if reasoning is not None:
+            self._grounded = (reasoning, doc["ground"])
         done = bool(flags["done"])
         terminated = done if flags["terminated"] is None else flags["terminated"]
         truncated = bool(flags["truncated"]) and not terminated
@@ -374,8 +394,22 @@ class RemoteTextEnv(gym.Env):
         return keys
 
     def ground(self, reasoning: str) -> Any:
-        """The server env's verdict (None or a share in [0, 1]; the rollout loop checks it)."""
+        """The server env's verdict (None or a share in [0, 1]; the rollout loop checks it): the
+        one the last step carried for this reasoning (:meth:`ground_with_step`), else asked for."""
+        if self._grounded is not None and self._grounded[0] == reasoning:
+            verdict, self._grounded = self._grounded[1], None
+            return verdict
         return self._hook("ground", reasoning)
+
+    def ground_with_step(self, reasoning: str) -> bool:
+        """True when the server grounds with steps (``ground`` in its ``step_hooks``): the next
+        step carries ``reasoning`` and its answer the verdict, on the state before the step, which
+        ``ground(reasoning)`` then returns without a request of its own. False: ask ``ground``
+        before the step (the runner's fallback, a request of its own)."""
+        if "ground" not in self._step_hooks:
+            return False
+        self._pending_ground = reasoning
+        return True
 
     def state_coordinates(self) -> Any:
         """The server env's coordinates of the current state (the rollout loop checks them)."""

@@ -11,6 +11,7 @@ own thread of the ``ThreadingHTTPServer``), the last step's answer kept so that 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 
 from .checks import is_int
-from .remote import HOOKS, PROTOCOL, STATE_HOOKS
+from .remote import HOOKS, PROTOCOL, STATE_HOOKS, STEP_HOOKS
 
 __all__ = ["EnvServer", "RequestHandler", "make_http_server", "start", "serve", "write_url_file"]
 
@@ -67,6 +68,7 @@ class EnvServer:
         doc = (type(inner).__doc__ or "").strip().splitlines()
         meta: dict[str, Any] = {"name": name, "description": description or (doc[0] if doc else ""),
                                 "protocol": PROTOCOL, "hooks": list(self.hooks),
+                                "step_hooks": [h for h in STEP_HOOKS if h in self.hooks],
                                 "idempotent_steps": True}
         instructions = getattr(inner, "instructions", None)
         if isinstance(instructions, str):
@@ -77,6 +79,7 @@ class EnvServer:
         self.metadata = meta
         self._episodes: dict[str, _Episode] = {}
         self._lock = threading.Lock()
+        self.requests: collections.Counter[str] = collections.Counter()  # per endpoint, in /health
 
     # ------------------------------------------------------------------ episodes
     def _find(self, episode_id: Any) -> _Episode:
@@ -131,7 +134,11 @@ class EnvServer:
                body: Any) -> tuple[int, dict[str, Any]]:
         try:
             if method == "GET" and path == "/health":
-                return 200, {"status": "healthy", "episodes": self.episodes}
+                with self._lock:
+                    requests = dict(self.requests)
+                return 200, {"status": "healthy", "episodes": self.episodes, "requests": requests}
+            with self._lock:
+                self.requests[f"{method} {path}"] += 1
             if method == "GET" and path == "/metadata":
                 return 200, self.metadata
             if method == "GET" and path == "/state":
@@ -200,12 +207,21 @@ class EnvServer:
         index = body.get("step_index")
         if index is not None and not is_int(index):
             raise _Fail(400, f"step_index must be an integer, got {index!r}")
+        reasoning = body.get("ground")  # a STEP_HOOKS argument: ground it before the step
+        if reasoning is not None and ("ground" not in self.hooks or not isinstance(reasoning, str)):
+            raise _Fail(400, "ground must be the reasoning text, for an env with a ground hook")
         with ep.lock:
             if index is not None and index == ep.steps and ep.last is not None:
                 return ep.last  # a retried step: the same answer, not a second step
             if index is not None and index != ep.steps + 1:
                 raise _Fail(409, f"step_index {index}, but episode {episode_id!r} has taken "
                                  f"{ep.steps} steps")
+            if reasoning is not None:
+                try:
+                    verdict = ep.env.unwrapped.ground(reasoning)
+                except Exception as e:  # noqa: BLE001  (the episode fails, as in-process)
+                    self._drop(episode_id)
+                    raise _env_error("ground()", e) from None
             try:
                 obs, reward, terminated, truncated, info = ep.env.step(action)
                 reward = float(reward)
@@ -218,6 +234,8 @@ class EnvServer:
                 "observation": {"text": obs}, "reward": reward,
                 "done": bool(terminated or truncated), "terminated": bool(terminated),
                 "truncated": bool(truncated), "metadata": info})
+            if reasoning is not None:
+                ep.last["ground"] = verdict
             return ep.last
 
     def _with_state(self, ep: _Episode, doc: dict[str, Any]) -> dict[str, Any]:

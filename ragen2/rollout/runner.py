@@ -11,6 +11,10 @@ action is applied, whether the reasoning states its true state (``Trajectory.gro
 that raises or returns anything but None or a share in [0, 1] fails the episode like an env error.
 One with the optional ``state_coordinates()`` hook is asked, likewise, for the coordinates of the
 state each turn's reasoning is about (``Trajectory.coordinates``: the MI monitor's contrast).
+Both are asked in the turn's env phase, beside the step (concurrently with the other episodes'
+env calls). An env whose ``ground_with_step(reasoning)`` returns True grounds the reasoning
+together with the turn's first step, on the state before it, and ``ground`` then answers from
+that step (``ragen2/Remote-v0``: one request a turn instead of two).
 """
 
 from __future__ import annotations
@@ -210,12 +214,13 @@ def run_episodes(
         t0 = time.perf_counter()
         gens = policy.act(active, turn)
         timing["generate_s"] += time.perf_counter() - t0
-        answers = [_record_turn(ep, gen, renderer, eos_text, penalty(ep), response_format)
-                   for ep, gen in zip(active, gens)]
+        turns = [(ep, *_record_turn(ep, gen, renderer, eos_text, penalty(ep), response_format))
+                 for ep, gen in zip(active, gens)]
         t0 = time.perf_counter()
         _each(executor,
-              lambda pair: _env_step(*pair, penalty(pair[0]), actions_per_turn, action_sep),
-              [(ep, a) for ep, a in zip(active, answers) if a is not None])
+              lambda turn: _env_turn(*turn, penalty(turn[0]), actions_per_turn, action_sep),
+              [t for t in turns if t[2] is not None or t[0].traj.grounding is not None
+               or t[0].traj.coordinates is not None])
         timing["env_s"] += time.perf_counter() - t0
         for ep, gen in zip(active, gens):
             if ep.done:
@@ -260,8 +265,9 @@ def _each(executor: Executor | None, fn: Callable[[Any], None], items: list[Any]
 
 
 def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text: str | None,
-                 format_penalty: float, response_format: str = "tags") -> str | None:
-    """Record one generated turn; the answer to send to the env, or None if it did not parse."""
+                 format_penalty: float, response_format: str = "tags") -> tuple[str | None, str | None]:
+    """Record one generated turn; (its reasoning or None, the answer to send to the env or None
+    if it did not parse)."""
     traj = ep.traj
     traj.append(gen.token_ids, 1, gen.logprobs)
     traj.turn_ends.append(len(traj.input_ids) - 1)
@@ -288,20 +294,42 @@ def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_
     traj.think_spans.append(span)
     if traj.num_turns == 1:
         traj.first_think, traj.think_span = think, span
-    if traj.grounding is not None:  # the env's verdict, before the action changes its state
-        traj.grounding.append(_ask_hook(ep, "ground", lambda: None if think is None
-                                        else ground_reasoning(ep.env, think)))
-    if traj.coordinates is not None:  # the state this turn's reasoning is about
-        traj.coordinates.append(_ask_hook(ep, "state_coordinates",
-                                          lambda: read_coordinates(ep.env)))
     if parsed.format_ok:
         traj.turn_rewards.append(0.0)  # set by _env_step
-        return None if ep.done else parsed.answer
+        return think, parsed.answer
     traj.num_format_errors += 1
     traj.turn_rewards.append(format_penalty)
     ep.observation = f"{FORMAT_ERROR_NOTE}\n{_strip_note(ep.observation)}"
     traj.observations.append(ep.observation)
-    return None
+    return think, None
+
+
+def _env_turn(ep: EpisodeState, think: str | None, answer: str | None, format_penalty: float,
+              actions_per_turn: int = 1, action_sep: str = "||") -> None:
+    """The turn's env calls (may run on a worker thread): the instruments on the state the
+    reasoning is about, then the answer's step(s) when it parsed."""
+    traj = ep.traj
+    if traj.coordinates is not None:  # the state this turn's reasoning is about
+        traj.coordinates.append(_ask_hook(ep, "state_coordinates",
+                                          lambda: read_coordinates(ep.env)))
+    if traj.grounding is None:
+        if answer is not None and not ep.done:
+            _env_step(ep, answer, format_penalty, actions_per_turn, action_sep)
+        return
+    if think is not None and answer is not None and not ep.done and ground_with_step(ep.env, think):
+        stepped = False  # the verdict travels with the step: a failed step has none
+        try:
+            _env_step(ep, answer, format_penalty, actions_per_turn, action_sep)
+            stepped = True
+        finally:
+            traj.grounding.append(_ask_hook(ep, "ground", lambda: ground_reasoning(ep.env, think))
+                                  if stepped else None)
+        return
+    # the env's verdict, before the action changes its state
+    traj.grounding.append(_ask_hook(ep, "ground", lambda: None if think is None
+                                    else ground_reasoning(ep.env, think)))
+    if answer is not None and not ep.done:
+        _env_step(ep, answer, format_penalty, actions_per_turn, action_sep)
 
 
 def _ask_hook(ep: EpisodeState, name: str, ask: Callable[[], Any]) -> Any:
@@ -328,6 +356,14 @@ def grounding_hook(env: gym.Env) -> Callable[[str], Any] | None:
     sets ``ground = None`` to opt out."""
     hook = getattr(env.unwrapped, "ground", None)
     return hook if callable(hook) else None
+
+
+def ground_with_step(env: gym.Env, reasoning: str) -> bool:
+    """Whether the env grounds ``reasoning`` with its next step (its optional
+    ``ground_with_step(reasoning)`` returned True): then ``ground(reasoning)``, asked after that
+    step, gives the verdict on the state before it."""
+    hook = getattr(env.unwrapped, "ground_with_step", None)
+    return bool(hook(reasoning)) if callable(hook) else False
 
 
 def ground_reasoning(env: gym.Env, reasoning: str) -> float | None:

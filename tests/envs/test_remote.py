@@ -26,6 +26,7 @@ import pytest
 import ragen2_envs  # noqa: F401  (registers the ids)
 from ragen2_envs import remote
 from ragen2_envs.remote import EnvServerDown, RemoteEnvConfigError, RemoteEnvError, RemoteTextEnv
+from ragen2_envs.remote_server import RequestHandler
 from tests.remote_faults import LAKE, Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,6 +220,102 @@ def test_bad_requests_get_an_error_not_a_crash(server):
     assert _post_status(server.url, "/teleport", {})[0] == 404
     status, doc = _post_status(server.url, "/reset", {"seed": 3})  # OpenEnv's form: no id
     assert status == 200 and doc["episode_id"] and doc["observation"]["text"]
+
+
+
+def test_a_step_carries_the_grounding_of_the_state_before_it(server):
+    """``ground_with_step``: the step request carries the reasoning, its answer the verdict on
+    the state before the step, which ``ground`` returns without a request; a replayed step
+    answers the same verdict. The server lists ``ground`` in its metadata's ``step_hooks``."""
+    assert server.env_server.metadata["step_hooks"] == ["ground"]
+    env, local = client(server.url), gym.make(LAKE)
+    inner = env.unwrapped
+    env.reset(seed=5), local.reset(seed=5)
+    for i, action in enumerate(("Right", "Down", "Down", "Right", "Down")):
+        reasoning = REASONINGS[i % len(REASONINGS)]  # verdicts 1.0, 0.0, None, ... as in-process
+        before = local.unwrapped.ground(reasoning)
+        assert inner.ground_with_step(reasoning) is True
+        step = env.step(action)
+        assert step == local.step(action)
+        assert inner.ground(reasoning) == before
+        if step[2] or step[3]:
+            env.reset(seed=5), local.reset(seed=5)
+    assert server.seen("/hook/ground") == 0
+    inner.ground_with_step(REASONINGS[0])
+    env.step("Up")
+    verdict = inner.ground(REASONINGS[0])
+    status, doc = _post_status(server.url, "/step", {"episode_id": inner._episode,
+                                                     "step_index": inner._steps,
+                                                     "action": {"text": "Up"},
+                                                     "ground": REASONINGS[0]})
+    assert status == 200 and doc["ground"] == verdict
+    # a verdict answers its own reasoning once; asked again, it is a request of its own
+    inner.ground(REASONINGS[0])
+    assert server.seen("/hook/ground") == 1
+
+
+def test_an_old_server_without_step_hooks_is_asked_for_grounding_first(server):
+    del server.env_server.metadata["step_hooks"]  # a server of before: no step_hooks
+    env = client(server.url)
+    env.reset(seed=5)
+    assert env.unwrapped.ground_with_step(REASONINGS[0]) is False
+    env.step("Right")
+    assert server.http.seen[-1][0] == "/step" and "ground" not in server.http.seen[-1][1]
+
+
+def test_grounding_with_a_step_fails_like_the_hook(server):
+    """A step whose grounding the env cannot give fails, unstepped (the episode is dropped, as
+    when a step raises); a step carrying a reasoning to an env without ground() is refused; a
+    server that lists ground in step_hooks but answers without it fails the episode."""
+    env = client(server.url)
+    inner = env.unwrapped
+    env.reset(seed=5)
+    episode = inner._episode
+    status, doc = _post_status(server.url, "/step", {"episode_id": episode, "step_index": 1,
+                                                     "action": "Right", "ground": 3})
+    assert status == 400 and "reasoning" in doc["error"]
+    with server.env_server._lock:
+        ep = server.env_server._episodes[episode]
+    ep.env.unwrapped._player = None  # ground() raises: "called before reset()"
+    inner.ground_with_step("I am at row 1, column 1.")
+    with pytest.raises(RemoteEnvError, match="the env raised in ground"):
+        env.step("Right")
+    assert server.env_server.episodes == 0
+    env.reset(seed=5)
+    server.plan(lambda path, seed, body: "garbage" if path == "/step" else None)
+    inner.ground_with_step("I am at row 1, column 1.")
+    with pytest.raises(RemoteEnvError):
+        env.step("Right")
+    assert inner._grounded is None  # a failed step carries no verdict
+
+
+def test_a_step_answer_without_the_promised_verdict_is_malformed(server):
+    class Forgetful(RequestHandler):
+        def respond(self, status, doc):
+            doc.pop("ground", None) if isinstance(doc, dict) else None
+            super().respond(status, doc)
+
+    s = Server(handler=Forgetful)
+    try:
+        env = client(s.url)
+        env.reset(seed=5)
+        env.unwrapped.ground_with_step("I am at row 1, column 1.")
+        with pytest.raises(RemoteEnvError, match='no "ground"'):
+            env.step("Right")
+    finally:
+        s.close()
+
+
+def test_health_counts_the_requests_per_endpoint(server):
+    env = client(server.url)
+    env.reset(seed=1), env.step("Right"), env.unwrapped.demonstration()
+    parts = urllib.parse.urlsplit(server.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    conn.request("GET", "/health")
+    doc = json.loads(conn.getresponse().read())
+    conn.close()
+    assert doc["requests"] == {"GET /metadata": 1, "POST /reset": 1, "POST /step": 1,
+                               "POST /hook/demonstration": 1}
 
 
 # ---------------------------------------------------------------------- faults

@@ -109,6 +109,31 @@ def test_a_remote_env_rolls_out_as_the_local_one_and_faults_fail_their_episode(t
                                           for e in pools["env"])
 
 
+
+@pytest.mark.parametrize("old_server", [False, True])
+def test_a_turn_is_one_request(tiny_tokenizer, old_server):
+    """The default job's env (FrozenLake, every hook) over HTTP: a reset per episode and one step
+    per turn, the grounding verdict carried by the step (no ``/hook/ground``), the coordinates
+    and problem key by the answers. A server without ``step_hooks`` (one of before) is asked
+    ``/hook/ground`` before each step instead: the same trajectories either way."""
+    s = Server()
+    if old_server:
+        del s.env_server.metadata["step_hooks"]
+    try:
+        seeds = [101, 102, 103, 104]
+        trajs = rollout(tiny_tokenizer, lambda: make_env("ragen2/Remote-v0", {"url": s.url}), seeds)
+        local = rollout(tiny_tokenizer, lambda: make_env(LAKE), seeds)
+    finally:
+        s.close()
+    for a, b in zip(trajs, local):
+        assert a.env_error is None
+        same_episode(a, b)
+    turns = sum(len(t.turn_rewards) for t in trajs)
+    assert s.seen("/reset") == len(seeds) and s.seen("/step") == turns
+    assert s.seen("/hook/ground") == (turns if old_server else 0)
+    assert s.seen("/hook/state_coordinates") == s.seen("/hook/problem_key") == 0
+
+
 def test_a_server_that_stays_down_stops_the_rollout(tiny_tokenizer):
     s = Server()
     try:
