@@ -265,7 +265,8 @@ def _each(executor: Executor | None, fn: Callable[[Any], None], items: list[Any]
 
 
 def _record_turn(ep: EpisodeState, gen: Generation, renderer: ChatRenderer, eos_text: str | None,
-                 format_penalty: float, response_format: str = "tags") -> tuple[str | None, str | None]:
+                 format_penalty: float,
+                 response_format: str = "tags") -> tuple[str | None, str | None]:
     """Record one generated turn; (its reasoning or None, the answer to send to the env or None
     if it did not parse)."""
     traj = ep.traj
