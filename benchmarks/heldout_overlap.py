@@ -14,7 +14,7 @@ Usage::
     python benchmarks/heldout_overlap.py benchmarks/results/smollm2_runs/seed1 \
         benchmarks/results/smollm2_runs/seed2
 
-Writes ``benchmarks/results/heldout_overlap.json``.
+Writes ``benchmarks/results/heldout_overlap.json`` (``--out`` for another file).
 """
 
 from __future__ import annotations
@@ -120,12 +120,17 @@ def analyse(run: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    runs = [Path(a).resolve() for a in sys.argv[1:]]
-    if not runs:
-        raise SystemExit(__doc__)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", help="run directories")
+    ap.add_argument("--out", default=str(RESULTS / "heldout_overlap.json"), help="the JSON to write")
+    args = ap.parse_args()
+    runs = [Path(a).resolve() for a in args.runs]
     doc = {"benchmark": "heldout_overlap", "machine": machine(), "resamples": RESAMPLES,
            "runs": [analyse(r) for r in runs]}
-    out = RESULTS / "heldout_overlap.json"
+    out = Path(args.out)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     for r in doc["runs"]:
         print(f"{r['run']}: {r['held_out_episodes']} episodes, {r['held_out_distinct_problems']} "

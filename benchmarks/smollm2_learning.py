@@ -11,8 +11,8 @@ and this script reads their run directories (``outputs/DATE/TIME``)::
 
 Per run:
 
-* **held-out success** before RL (step 0) and after (the last evaluation) on the same 128
-  held-out problems with the same evaluation sampling seed, each with a 95% Wilson interval, and
+* **held-out success** before RL (step 0) and after (the last evaluation) on the same held-out
+  problems with the same evaluation sampling seed, each with a 95% Wilson interval, and
   the **gain with a paired 95% interval**: problem by problem (``evaluations/step_*.jsonl``,
   every episode's outcome), the after-minus-before differences are bootstrapped over problems.
   The bar: gain >= 0.10 and the interval's low end > 0 (``passes``);
@@ -31,7 +31,8 @@ Per run:
 A run directory written before outcomes were saved per episode (no ``evaluations/``) can be given
 its outcome files from ``ragen2 eval`` (``outcomes.jsonl``) as ``RUN_DIR:BEFORE:AFTER``.
 
-Writes ``benchmarks/results/smollm2_learning.json`` and ``smollm2_learning.png``.
+Writes ``benchmarks/results/smollm2_learning.json`` and ``smollm2_learning.png`` (``--name`` for
+other names).
 """
 
 from __future__ import annotations
@@ -157,8 +158,9 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_xlabel("RL step")
     ax.set_ylabel("success")
     ax.set_ylim(0, 1)
+    n = sorted({str(run["held_out"].get("problems", "?")) for run in runs})
     ax.set_title("SmolLM2-135M-Instruct, one-digit Math (+experiment=smollm2_math)\n"
-                 "dots: 128 held-out problems (bars: 95% Wilson); faint: training batch")
+                 f"dots: {'/'.join(n)} evaluation episodes (bars: 95% Wilson); faint: training batch")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
@@ -166,8 +168,13 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, lambda ap: ap.add_argument(
-        "runs", nargs="+", help="run directories (RUN_DIR or RUN_DIR:BEFORE:AFTER outcome files)"))
+    def extra(ap) -> None:
+        ap.add_argument("runs", nargs="+",
+                        help="run directories (RUN_DIR or RUN_DIR:BEFORE:AFTER outcome files)")
+        ap.add_argument("--name", default="smollm2_learning",
+                        help="the results' file name, without .json / .png")
+
+    args = parse_args(__doc__, extra)
     runs = [summarise(s) for s in args.runs]
     out = Path(args.out_dir)
     doc = {"benchmark": "smollm2_learning", "quick": False, "machine": machine(),
@@ -175,8 +182,8 @@ def main() -> None:
                         "command": 'make train ARGS="+experiment=smollm2_math seed=S"'},
            "results": runs,
            "all_pass": all(r["held_out"]["passes"] for r in runs)}
-    (out / "smollm2_learning.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    plot(runs, out / "smollm2_learning.png")
+    (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    plot(runs, out / f"{args.name}.png")
     for r in runs:
         h = r["held_out"]
         lo = "n/a" if h["gain_lo"] is None else f"[{h['gain_lo']:+.3f}, {h['gain_hi']:+.3f}]"
