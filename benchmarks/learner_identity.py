@@ -19,11 +19,13 @@ from ragen2.train import load_config
 
 PATH = sys.argv[1]
 
-def batch(n=8, L=24, vocab=50):
+def batch(n=8, L=24, vocab=50, shared=False):
     rng = np.random.default_rng(3)
     ids = rng.integers(3, vocab, (n, L)); lens = rng.integers(12, L + 1, n)
+    if shared:  # each group's rows begin with the same 8-token prompt (the shared-prefix forward)
+        ids[:4, :8], ids[4:, :8] = ids[0, :8], ids[4, :8]
     attn = (np.arange(L)[None] < lens[:, None]).astype(np.int64)
-    mask = (attn * (rng.random((n, L)) < 0.6)).astype(np.int64); mask[:, :4] = 0
+    mask = (attn * (rng.random((n, L)) < 0.6)).astype(np.int64); mask[:, :8 if shared else 4] = 0
     tok_r = np.zeros((n, L), np.float32)
     for i in range(n):
         tok_r[i, np.flatnonzero(mask[i])[-1]] = rng.random()
@@ -41,6 +43,9 @@ CASES = {
  "drgrpo": ["algorithm=drgrpo", "engine.max_new_tokens=16", "rollout.max_turns=2"],
  "ppo_gae": ["algorithm=ppo", "algorithm.kl_coef=0.02"],
  "prefix_tokens": ["learner.micro_batch_tokens=64", "algorithm.entropy_coef=0.02", "algorithm.regulariser_gate=threshold"],
+ # added for issue 47 item 4: a stale second batch (importance weights), prompts shared in a group
+ "stale_k1": ["trainer.max_staleness=1", "engine.sleep_mode=false", "algorithm.micro_batch_size=2", "algorithm.ppo_mini_batches=2"],
+ "shared_prompts": ["algorithm.micro_batch_size=4", "algorithm.entropy_coef=0.01", "algorithm.kl_coef=0.05"],
 }
 new = "settings" in inspect.signature(LearnerRank.__init__).parameters
 out = {}
@@ -54,10 +59,12 @@ for name, ov in CASES.items():
     r = LearnerRank(cfg, PATH, 0, 1, threads=1, **kw)
     r.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     try:
-        b = batch()
+        shared = name == "shared_prompts"
+        b = batch(shared=shared)
         g = r.grad_snr(b, np.array([0, 0, 0, 0, 1, 1, 1, 1]))
         m = r.update(b, step=1)
-        b2 = {**batch(), "policy_version": np.ones(8, np.int64)}
+        version = 0 if name == "stale_k1" else 1  # stale_k1: a batch one version old
+        b2 = {**batch(shared=shared), "policy_version": np.full(8, version, np.int64)}
         m2 = r.update(b2, step=2)
         w = r.policy_weights()
         h = hashlib.sha256(b"".join(w[k].tobytes() for k in sorted(w))).hexdigest()[:16]

@@ -29,7 +29,11 @@ in a spawned child, and the ``cuda_ipc`` weight push between them (the strategy'
 7. ``push``: ``--pushes`` consecutive ``cuda_ipc`` pushes, each after an update (the engine is
    stale before it: the probe gap and the checksums say so), with the memory of both processes
    after each, the checksums of ``ragen2.sync.checksum`` and the probe after each;
-8. ``generate``: the engine's sampled tokens/s (``--gen-prompts`` x ``--gen-tokens``).
+8. ``generate``: the engine's sampled tokens/s (``--gen-prompts`` x ``--gen-tokens``);
+9. ``versus_hand``: "update vs hand-written loop", ragen2's update beside
+   the same update written by hand in PyTorch (:class:`HandLoop`) on the same batches, at
+   micro-batches of 1 and ``--micro-batch`` rows: the time ratio and the share of the dtype's
+   peak FLOP/s (goal: ratio <= 1.05 at both sizes, >= 40% of the bf16 peak on Qwen2-0.5B).
 
 ``--device cpu`` runs the same sections on the CPU (gloo, fp32, the tiny default model; the push
 sends numpy buckets, there being no CUDA IPC): CI runs it that way so the script cannot rot.
@@ -379,6 +383,139 @@ def section_update(learner: Any, args: argparse.Namespace, vocab: int) -> dict[s
     return out
 
 
+#: dense bf16/fp16 tensor-core peaks, FLOP/s, by a substring of the device name (``--peak-tflops``
+#: for another device)
+BF16_PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12,
+              "L4": 121e12}
+
+
+class HandLoop:
+    """The update as one would write it by hand, in PyTorch and transformers only: fp32 weights
+    under bf16 autocast (ragen2's learner: fp32 master weights, bf16 compute), the reference's
+    logprobs without grad, logits from the first trained column on, log-softmax + gather, GRPO's
+    group-normalised advantages, the clipped loss (clip-higher, dual clip) plus the k3 KL,
+    token-mean over the batch, backward per micro-batch, gradient clipping, one AdamW step."""
+
+    def __init__(self, path: str, learner: Any) -> None:
+        import torch
+
+        from ragen2.models.loading import load_causal_lm
+
+        self.a, self.device = learner.cfg.algorithm, learner.device
+        self.dtype = getattr(torch, learner.cfg.model.dtype)
+        self.model = load_causal_lm(path, dtype="float32").to(self.device).train()
+        self.ref = (load_causal_lm(path, dtype=learner.cfg.model.dtype).to(self.device).eval()
+                    if learner.ref is not None else None)
+        self.optim = torch.optim.AdamW(self.model.parameters(), lr=self.a.lr,
+                                       weight_decay=self.a.weight_decay, foreach=True)
+
+    def logprobs(self, model: Any, ids: Any, attn: Any, first: int) -> Any:
+        import torch
+
+        keep = ids.shape[1] - first + 1
+        with torch.autocast(self.device.type, self.dtype, enabled=self.dtype != torch.float32):
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False,
+                           logits_to_keep=keep).logits[:, :-1]
+        return torch.log_softmax(logits.float(), -1).gather(-1, ids[:, first:, None]).squeeze(-1)
+
+    def update(self, batch: dict[str, Any], micro: int) -> None:
+        import numpy as np
+        import torch
+
+        a, dev = self.a, self.device
+        r, g = batch["rewards"].astype(np.float64), batch["group_ids"]
+        mean = {k: r[g == k].mean() for k in set(g.tolist())}
+        std = {k: r[g == k].std(ddof=1) for k in mean}
+        adv = np.array([(r[i] - mean[k]) / (std[k] + 1e-6) for i, k in enumerate(g)], np.float32)
+        n_tok = float(batch["loss_mask"].sum())
+        for i in range(0, len(r), micro):
+            rows = slice(i, i + micro)
+            mask_np = batch["loss_mask"][rows]
+            first = 1 + int(np.flatnonzero(mask_np[:, 1:].any(0))[0])
+            ids, attn, mask = (torch.from_numpy(batch[k][rows]).to(dev, non_blocking=True)
+                               for k in ("input_ids", "attention_mask", "loss_mask"))
+            m = mask[:, first:].float()
+            A = torch.from_numpy(adv[rows]).to(dev)[:, None] * m
+            lp = self.logprobs(self.model, ids, attn, first)
+            ratio = torch.exp(lp - lp.detach())  # one mini-batch: pi_old is this forward
+            loss = torch.maximum(-A * ratio, -A * ratio.clamp(1 - a.clip_ratio_low,
+                                                              1 + a.clip_ratio_high))
+            if a.dual_clip_c is not None:
+                loss = torch.where(A < 0, torch.minimum(loss, -A * a.dual_clip_c), loss)
+            total = (loss * m).sum() / n_tok
+            if self.ref is not None:
+                with torch.no_grad():
+                    ref = self.logprobs(self.ref, ids, attn, first)
+                log_ratio = (ref - lp).clamp(-20, 20)
+                total = total + a.kl_coef * ((log_ratio.exp() - log_ratio - 1) * m).sum() / n_tok
+            total.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
+        self.optim.step()
+        self.optim.zero_grad(set_to_none=True)
+
+
+def section_versus_hand(learner: Any, path: str, args: argparse.Namespace,
+                        vocab: int) -> dict[str, Any]:
+    """"update vs hand-written loop": on the same batches, ragen2's update beside
+    :class:`HandLoop` at micro-batches of 1 row and of ``--micro-batch`` rows (one warm-up of
+    each, then ``--steps`` alternating rounds): median seconds, the ratio ragen2 / hand, and the
+    achieved model FLOP/s (6 x parameters x trained tokens per second) as a share of the
+    dtype's peak (``BF16_PEAKS`` or ``--peak-tflops``; none on the CPU). Goal on a GPU: ratio
+    <= 1.05 at both sizes, >= 40% of the bf16 peak on the Qwen2-0.5B shape."""
+    import torch
+
+    if learner.cfg.algorithm.ppo_mini_batches != 1 or learner.cfg.algorithm.ppo_epochs != 1:
+        raise ValueError("the hand-written loop is one mini-batch, one epoch")
+    hand = HandLoop(path, learner)
+    params = sum(p.numel() for p in hand.model.parameters())
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else None
+    if peak is None and args.device == "cuda" and args.dtype in ("bfloat16", "float16"):
+        name = torch.cuda.get_device_name(0)
+        peak = next((v for k, v in BF16_PEAKS.items() if k in name), None)
+    tokens = args.rows * args.length
+    keep = learner.cfg.algorithm.micro_batch_size
+    out: dict[str, Any] = {"params_m": round(params / 1e6, 1), "tokens": tokens,
+                           "peak_tflops": peak / 1e12 if peak else None}
+
+    def timed(fn: Callable[[], Any]) -> float:
+        _sync(args.device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(args.device)
+        return time.perf_counter() - t0
+
+    try:
+        for micro in sorted({1, args.micro_batch}):
+            learner.cfg.algorithm.micro_batch_size = micro
+            ours, theirs = [], []
+            for i in range(args.steps + 1):  # round 0 warms up
+                batch = synthetic_batch(args.rows, args.length, vocab, learner.get_version(),
+                                        1000 + i)
+                t_ours = timed(lambda: learner.update(batch, step=1000 + i))
+                t_hand = timed(lambda: hand.update(batch, micro))
+                if i:
+                    ours.append(t_ours)
+                    theirs.append(t_hand)
+            s_ours, s_hand = statistics.median(ours), statistics.median(theirs)
+            flops = 6 * params * tokens
+            out[f"micro_batch_{micro}"] = {
+                "ragen2_s": round(s_ours, 4), "hand_s": round(s_hand, 4),
+                "ratio": round(s_ours / s_hand, 3),
+                "ragen2_tflops": float(f"{flops / s_ours / 1e12:.4g}"),
+                "hand_tflops": float(f"{flops / s_hand / 1e12:.4g}"),
+                "ragen2_peak_share": round(flops / s_ours / peak, 3) if peak else None,
+                "hand_peak_share": round(flops / s_hand / peak, 3) if peak else None}
+            print(f"   micro-batch {micro}: ragen2 {s_ours:.3f} s, hand {s_hand:.3f} s, ratio "
+                  f"{s_ours / s_hand:.3f}" + (f", {flops / s_ours / peak:.1%} of the peak"
+                                              if peak else ""), flush=True)
+    finally:
+        learner.cfg.algorithm.micro_batch_size = keep
+        del hand
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
 def update_estimate(learner: Any, args: argparse.Namespace) -> dict[str, Any]:
     """``ragen2.cluster.memory``'s terms for this update, GiB: the preflight's own estimate for
     these rows, micro-batches and dtype, on the model's config.json (the CUDA/NCCL overhead
@@ -563,6 +700,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--score-tokens", type=int, default=2048, help="monitor.score_tokens")
     ap.add_argument("--gen-prompts", type=int, default=64)
     ap.add_argument("--gen-tokens", type=int, default=256)
+    ap.add_argument("--peak-tflops", type=float, default=None,
+                    help="the dtype's peak TFLOP/s for versus_hand (default: BF16_PEAKS by name)")
     ap.add_argument("--timeout", type=float, default=600.0, help="per engine request, seconds")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes (the CPU rehearsal); options given explicitly still win")
@@ -637,6 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         run("scorer", lambda: section_scorer(learner, args, vocab))
         run("push", lambda: section_push(learner, engine, ids, args, vocab))
         run("generate", lambda: section_generate(engine, args, vocab))
+        run("versus_hand", lambda: section_versus_hand(learner, path, args, vocab))
     if engine is not None:
         engine.close()
     if learner is not None:

@@ -63,7 +63,7 @@ def test_gpu_check_sh_runs_from_a_checkout_without_an_install(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["failed"] == [] and len(summary["sections"]) == 9
+    assert summary["failed"] == [] and len(summary["sections"]) == 10
     found = summary["sections"]["env"]
     assert found["ragen2_from"] == str(copy / "ragen2")  # the copy, not this checkout's install
     assert found["ragen2_envs_from"] == str(copy / "envs")
@@ -112,7 +112,7 @@ def test_gpu_check_rehearsal_on_cpu(tmp_path):
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     assert summary["failed"] == []
     assert list(sections) == ["env", "model", "nccl_group", "start", "precision", "update",
-                              "scorer", "push", "generate"]
+                              "scorer", "push", "generate", "versus_hand"]
     assert all(s["ok"] for s in sections.values())
     assert [p.name for p in out.iterdir()] == ["summary.json"]  # scratch files stay in --scratch
     # the built model's logits now spread like a pretrained model's
@@ -140,6 +140,39 @@ def test_gpu_check_rehearsal_on_cpu(tmp_path):
         assert p["engine_memory"]["rss_gib"] > 0 and p["learner_memory"]["rss_gib"] > 0
     gen = sections["generate"]
     assert 0 < gen["tokens"] <= 4 * 16 and gen["tokens_per_s"] > 0  # a sampled EOS may end one early
+    versus = sections["versus_hand"]
+    assert versus["micro_batch_1"]["ratio"] > 0 and versus["micro_batch_4"]["hand_s"] > 0
+
+
+def test_gpu_check_times_the_update_beside_a_hand_written_loop(tiny_model_path):
+    """No run: the ``versus_hand`` section on the CPU, tiny model and batch (a few seconds):
+    both updates train (the hand loop's weights move), a ratio and FLOP/s per micro-batch size,
+    no peak share without a known peak; the learner's micro-batch size is restored."""
+    import numpy as np
+
+    from ragen2.controller import learner_settings
+    from ragen2.learner.rank import LearnerRank
+    from ragen2.models.loading import load_tokenizer
+
+    gpu_check = _gpu_check()
+    args = gpu_check.parse(["--device", "cpu", "--quick", "--steps", "1", "--rows", "4",
+                            "--length", "24", "--micro-batch", "2", "--out", "/tmp/unused"])
+    cfg = gpu_check.learner_config(args)
+    learner = LearnerRank(cfg, tiny_model_path, 0, 1, threads=1, settings=learner_settings(cfg))
+    learner.setup("127.0.0.1", 0)
+    try:
+        before = {k: v.copy() for k, v in learner.policy_weights().items()}
+        out = gpu_check.section_versus_hand(learner, tiny_model_path, args,
+                                            len(load_tokenizer(tiny_model_path)))
+        assert learner.cfg.algorithm.micro_batch_size == 2 and learner.get_version() == 4
+        assert any(not np.array_equal(v, before[k]) for k, v in learner.policy_weights().items())
+    finally:
+        learner.shutdown()
+    assert out["tokens"] == 4 * 24 and out["peak_tflops"] is None
+    for micro in (1, 2):
+        m = out[f"micro_batch_{micro}"]
+        assert m["ratio"] == pytest.approx(m["ragen2_s"] / m["hand_s"], rel=0.02)
+        assert m["ragen2_tflops"] > 0 and m["ragen2_peak_share"] is None
 
 
 def test_gpu_check_keeps_scratch_out_of_the_output_folder(tmp_path, capsys):

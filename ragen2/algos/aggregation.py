@@ -43,8 +43,15 @@ LOSS_AGG_MODES: Registry[AggregationMode] = Registry("loss aggregation mode", or
 
 
 def _denominator(value: int | float | Tensor | None, default: Tensor) -> Tensor:
-    """The denominator to use, clamped to >= 1 so an empty (all-masked) batch gives 0, not NaN."""
-    denom = default if value is None else torch.as_tensor(value, dtype=default.dtype, device=default.device)
+    """The denominator to use, clamped to >= 1 so an empty (all-masked) batch gives 0, not NaN.
+    A number is filled in on the device (``torch.as_tensor`` of a number would copy it from the
+    host, a blocking copy on CUDA)."""
+    if value is None:
+        denom = default
+    elif isinstance(value, Tensor):
+        denom = value.to(dtype=default.dtype, device=default.device)
+    else:
+        denom = torch.full((), value, dtype=default.dtype, device=default.device)
     return denom.clamp(min=1.0)
 
 

@@ -52,7 +52,7 @@ def _entropy(logp: Tensor) -> Tensor:
 
 def logprobs_and_entropy(logits: Tensor, labels: Tensor, temperature: float = 1.0, *,
                          entropy_mask: Tensor | None = None, entropy_grad: bool = True,
-                         ) -> tuple[Tensor, Tensor]:
+                         entropy_tokens: int | None = None) -> tuple[Tensor, Tensor]:
     """:func:`logprobs_from_logits` and :func:`entropy_from_logits` from one log-softmax.
 
     Args:
@@ -62,6 +62,9 @@ def logprobs_and_entropy(logits: Tensor, labels: Tensor, temperature: float = 1.
             entropy is a (B, T, V) computation and response tokens are often a minority).
         entropy_grad: False computes the entropy without autograd (a metric only: no (B, T, V)
             intermediates are kept for a backward that never comes).
+        entropy_tokens: the number of non-zeros of ``entropy_mask``, when the caller knows it
+            (from host data): the selection's size is then not read from the device, which on
+            CUDA waits for every queued kernel. Checked on the device, asynchronously.
 
     Returns:
         (lp, ent): (B, T) float32 each.
@@ -72,5 +75,10 @@ def logprobs_and_entropy(logits: Tensor, labels: Tensor, temperature: float = 1.
         if entropy_mask is None:
             return lp, _entropy(logp)
         where = entropy_mask.to(torch.bool)
-        ent = logp.new_zeros(where.shape).masked_scatter(where, _entropy(logp[where]))
+        if entropy_tokens is None:
+            return lp, logp.new_zeros(where.shape).masked_scatter(where, _entropy(logp[where]))
+        # the same positions in the same (row-major) order as logp[where]: the same values
+        torch._assert_async(where.sum() == entropy_tokens, "entropy_tokens is not the mask's count")
+        at = torch.nonzero_static(where, size=entropy_tokens).unbind(1)
+        ent = logp.new_zeros(where.shape).index_put(at, _entropy(logp[at]))
     return lp, ent

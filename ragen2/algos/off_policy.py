@@ -41,18 +41,20 @@ class BehaviourWeights:
     """The truncated importance weights of one micro-batch and their sums for the metrics.
 
     weights:   (B, T) float32 min(pi_prox / pi_behav, cap) on the mask, 0 off it; no autograd.
-    total:     sum of the weights over the mask (before truncation: ``raw_total``).
-    maximum:   the largest weight over the mask before truncation (0 on an empty mask).
-    truncated: tokens of the mask whose weight was above the cap (and so truncated).
-    tokens:    tokens of the mask.
+    The sums are 0-dim tensors on the weights' device (the learner adds them up there and reads
+    them once per update):
+    total:     float32 sum of the weights over the mask (before truncation: ``raw_total``).
+    maximum:   float32, the largest weight over the mask before truncation (0 on an empty mask).
+    truncated: int64, tokens of the mask whose weight was above the cap (and so truncated).
+    tokens:    int64, tokens of the mask.
     """
 
     weights: Tensor
-    total: float
-    raw_total: float
-    maximum: float
-    truncated: float
-    tokens: float
+    total: Tensor
+    raw_total: Tensor
+    maximum: Tensor
+    truncated: Tensor
+    tokens: Tensor
 
 
 def behaviour_weights(prox_logprobs: Tensor, behav_logprobs: Tensor, mask: Tensor,
@@ -70,11 +72,11 @@ def behaviour_weights(prox_logprobs: Tensor, behav_logprobs: Tensor, mask: Tenso
                         torch.zeros_like(prox_logprobs, dtype=torch.float32))
     raw = torch.where(keep, torch.exp(log_w), torch.zeros_like(log_w))
     weights = raw if cap is None else torch.clamp(raw, max=cap)
-    truncated = 0.0 if cap is None else float((raw > cap).sum())
-    return BehaviourWeights(weights=weights, total=float(weights.sum()),
-                            raw_total=float(raw.sum()),
-                            maximum=float(raw.max()) if bool(keep.any()) else 0.0,
-                            truncated=truncated, tokens=float(keep.sum()))
+    truncated = keep.new_zeros((), dtype=torch.int64) if cap is None else (raw > cap).sum()
+    # raw is >= 0 on the mask and 0 off it: its maximum is the mask's (0 on an empty mask)
+    maximum = raw.max() if raw.numel() else raw.new_zeros(())
+    return BehaviourWeights(weights=weights, total=weights.sum(), raw_total=raw.sum(),
+                            maximum=maximum, truncated=truncated, tokens=keep.sum())
 
 
 __all__ = ["BehaviourWeights", "behaviour_weights"]

@@ -69,8 +69,8 @@ def rank_rows(rank: LearnerRank, mb: np.ndarray) -> Rows:
     return Rows(index, np.arange(per_rank) < len(mine))
 
 
-def tensors(rank: LearnerRank, batch: TrainingBatch, rows: Rows, *fields: str) -> list[torch.Tensor]:
-    """The batch's (N, L) ``fields`` at ``rows`` on the rank's device: right padding trimmed to the
+def host_tensors(batch: TrainingBatch, rows: Rows, *fields: str) -> list[torch.Tensor]:
+    """The batch's (N, L) ``fields`` at ``rows`` as CPU tensors: right padding trimmed to the
     longest row, the loss mask of dummy rows zeroed."""
     width = int(batch.attention_mask[rows.index].sum(1).max())
     out = []
@@ -78,8 +78,46 @@ def tensors(rank: LearnerRank, batch: TrainingBatch, rows: Rows, *fields: str) -
         t = torch.from_numpy(np.ascontiguousarray(getattr(batch, name)[rows.index, :width]))
         if name == "loss_mask":
             t = t * torch.from_numpy(rows.real).unsqueeze(1).to(t.dtype)
-        out.append(t.to(rank.device))
+        out.append(t)
     return out
+
+
+def to_device(rank: LearnerRank, t: torch.Tensor) -> torch.Tensor:
+    """A host tensor on the rank's device. On CUDA through pinned memory and without blocking:
+    a blocking copy from pageable memory synchronises the stream, which would drain the queued
+    forward and backward passes once per micro-batch."""
+    if rank.device.type != "cuda":
+        return t.to(rank.device)
+    return t.pin_memory().to(rank.device, non_blocking=True)
+
+
+def tensors(rank: LearnerRank, batch: TrainingBatch, rows: Rows, *fields: str) -> list[torch.Tensor]:
+    """:func:`host_tensors` on the rank's device."""
+    return [to_device(rank, t) for t in host_tensors(batch, rows, *fields)]
+
+
+@dataclass(frozen=True)
+class MaskFacts:
+    """What a forward needs to know about a micro-batch's masks, read on the host (from the
+    batch's arrays), so that the device is never asked for it mid-update (a read of a device
+    value waits for every queued kernel).
+
+    first:   the first trained column (:func:`first_trained_position`).
+    trained: the (row, column) pairs with t >= 1 where the loss mask and the attention mask are
+             both set: the tokens whose entropy the forward computes.
+    padded:  whether any row is shorter than the micro-batch (else the model gets no attention
+             mask: HF models read an all-ones mask back from the device to skip it).
+    """
+
+    first: int
+    trained: int
+    padded: bool
+
+    @classmethod
+    def of(cls, mask: torch.Tensor, attn: torch.Tensor) -> MaskFacts:
+        """From the (B, T) host loss mask and attention mask."""
+        trained = int(((mask[:, 1:] != 0) & (attn[:, 1:] != 0)).sum())
+        return cls(first_trained_position(mask), trained, not bool(attn.all()))
 
 
 def scales(batch: TrainingBatch, rows: Rows) -> torch.Tensor | None:
@@ -109,7 +147,7 @@ def micro_batches(rank: LearnerRank, batch: TrainingBatch, mb: np.ndarray) -> li
 def forward(rank: LearnerRank, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
             mask: torch.Tensor, row_scales: torch.Tensor | None = None, *, entropy: bool = False,
             entropy_grad: bool = False, plan: PrefixPlan | None = None,
-            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+            facts: MaskFacts | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token logprobs (B, T) of ``ids[:, t]`` given ``ids[:, :t]``, and with ``entropy``
     the entropy (B, T) at the tokens of ``mask`` (else None).
 
@@ -120,6 +158,7 @@ def forward(rank: LearnerRank, model: torch.nn.Module, ids: torch.Tensor, attn: 
     once (:mod:`ragen2.learner.prefix`); with autograd, inside :func:`holding`. ``row_scales``
     (B,) multiplies the sampling temperature per row (rows sampled hotter). ``entropy_grad``:
     whether the entropy is part of a loss (else a metric, computed without autograd).
+    ``facts``: the masks' :class:`MaskFacts`, read on the host (else read from the device).
     """
     temperature = rank.settings.temperature
     b, t = ids.shape
@@ -127,22 +166,27 @@ def forward(rank: LearnerRank, model: torch.nn.Module, ids: torch.Tensor, attn: 
         logits = shared_prefix_logits(model, plan, rank.logits_to_keep)
         labels, valid, offset = plan.suffix_ids[:, 1:], plan.suffix_attn[:, 1:], plan.offset
     else:  # one forward, logits from the first trained position on
-        first = first_trained_position(mask)
+        first = facts.first if facts is not None else first_trained_position(mask)
         keep = t - first + 1  # logits at positions first-1 .. T-1 (the last is unused)
         kwargs = {"logits_to_keep": keep} if rank.logits_to_keep else {}
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False, **kwargs).logits
+        if facts is None or facts.padded:  # (without padding: the same causal attention)
+            kwargs["attention_mask"] = attn
+        logits = model(input_ids=ids, use_cache=False, **kwargs).logits
         logits = logits[:, -keep:-1]
         labels, valid = ids[:, first:], attn[:, first:]
         offset = torch.full((b,), first - 1, dtype=torch.long, device=ids.device)
-    if row_scales is not None and bool((row_scales != 1).any()):
-        logits = logits / row_scales.to(logits.device, logits.dtype)[:, None, None]
+    if row_scales is not None and bool((row_scales != 1).any()):  # (host tensor)
+        logits = logits / to_device(rank, row_scales).to(logits.dtype)[:, None, None]
     if not entropy:
         lp = logprobs_from_logits(logits, labels, temperature)
         return to_positions(lp, offset, t), None
     cols = offset[:, None] + 1 + torch.arange(labels.shape[1], device=ids.device)[None]
     emask = mask.gather(1, cols.clamp(max=t - 1)) * valid  # the loss mask, in label columns
+    # emask's set entries are the trained tokens of the rows (MaskFacts.trained): the columns
+    # before the first trained one are unmasked, those past a row's length are not valid
     lp, ent = logprobs_and_entropy(logits, labels, temperature, entropy_mask=emask,
-                                   entropy_grad=entropy_grad)
+                                   entropy_grad=entropy_grad,
+                                   entropy_tokens=None if facts is None else facts.trained)
     return to_positions(lp, offset, t), to_positions(ent, offset, t)
 
 
@@ -152,18 +196,20 @@ def prefix_plan(rank: LearnerRank, ids: torch.Tensor, attn: torch.Tensor, mask: 
 
     Collective with FSDP: every rank must run the same forward passes (they gather
     parameters), so the ranks share prefixes together -- when any rank saves by it and every
-    rank can (a rank with nothing to share then runs one prefix per row).
+    rank can (a rank with nothing to share then runs one prefix per row). Planned on the host:
+    pass the micro-batch's host tensors (:func:`host_tensors`) and the device is not asked.
     """
     if not rank.cfg.learner.shared_prefix:
         return None
-    plan = plan_shared_prefix(ids, attn, mask)
-    if rank.world_size == 1:
-        return plan
-    forced = plan or plan_shared_prefix(ids, attn, mask, min_saving=-math.inf)
-    flags = torch.tensor([float(plan is not None), float(forced is None)], device=rank.device)
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    want, cannot = flags.tolist()
-    return forced if want and not cannot else None
+    ids, attn, mask = ids.cpu(), attn.cpu(), mask.cpu()  # planned on the host (no-ops for
+    plan = plan_shared_prefix(ids, attn, mask)  # host tensors), the plan then sent to the device
+    if rank.world_size > 1:
+        forced = plan or plan_shared_prefix(ids, attn, mask, min_saving=-math.inf)
+        flags = torch.tensor([float(plan is not None), float(forced is None)], device=rank.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        want, cannot = flags.tolist()
+        plan = forced if want and not cannot else None
+    return None if plan is None else plan.to(lambda t: to_device(rank, t))
 
 
 def holding(rank: LearnerRank, plan: PrefixPlan | None) -> Any:

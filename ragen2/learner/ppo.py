@@ -3,12 +3,18 @@
 The maths are :mod:`ragen2.algos.objective`'s; this module runs them over FSDP micro-batches. Losses
 use the *mini-batch's* global token/sequence counts, so gradients summed over micro-batches and
 ranks equal the full-batch gradient exactly (FSDP averages over ranks, hence the ``* world_size``).
+
+The host reads nothing from the device per micro-batch (on CUDA a read waits for every queued
+kernel): the metrics accumulate there (:class:`BatchSums`, :class:`LossSums`) and are read in
+one transfer per update, besides one per optimiser step (its finiteness check and norms); the
+masks' facts a forward needs come from the batch's host arrays (:class:`MaskFacts`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 import torch
@@ -18,11 +24,13 @@ from ragen2.algos.advantages import AdvantageInputs
 from ragen2.algos.objective import (LossInputs, ValueInputs, assign_credit,
                                     combined_regulariser_weights, compute_loss, snr_gate,
                                     value_term)
-from ragen2.algos.off_policy import behaviour_weights
+from ragen2.algos.off_policy import BehaviourWeights, behaviour_weights
 from ragen2.batch import TrainingBatch
-from ragen2.learner.forward import Rows, holding, scales, tensors, train_mode
+from ragen2.learner.forward import (MaskFacts, Rows, holding, host_tensors, scales, tensors,
+                                    to_device, train_mode)
 from ragen2.learner.fsdp import full_tensor
 from ragen2.learner.microbatch import mini_batches
+from ragen2.learner.prefix import PrefixPlan
 
 if TYPE_CHECKING:
     from ragen2.learner.rank import LearnerRank
@@ -42,54 +50,135 @@ def allreduce(rank: LearnerRank, values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.cpu().tolist()))
 
 
-def allreduce_max(rank: LearnerRank, value: float) -> float:
-    """The largest ``value`` over the ranks."""
-    if rank.world_size == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=rank.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+def _zero(device: torch.device) -> torch.Tensor:
+    return torch.zeros((), dtype=torch.float64, device=device)
 
 
-def _gap(stats: dict[str, float], engine_lp: torch.Tensor, learner_lp: torch.Tensor,
-         mask: torch.Tensor) -> None:
-    """Accumulate |engine - learner| logprob over generated tokens (a sync/numerics check)."""
-    stats["gap_sum"] += float(((engine_lp - learner_lp).abs() * mask).sum())
-    stats["tokens"] += float(mask.sum())
+def _f64(x: torch.Tensor) -> torch.Tensor:
+    """A detached 0-dim term as float64: exactly the Python float ``x.item()`` gives."""
+    return x.detach().to(torch.float64)
 
 
-def _behaviour_weights(stats: dict[str, float], prox: torch.Tensor, behav: torch.Tensor,
-                       mask: torch.Tensor, cap: float | None) -> torch.Tensor:
-    """The micro-batch's truncated importance weights (computed once: pi_prox and pi_behav are
-    fixed over the epochs); their sums go into ``stats`` for ``async/is_*``."""
-    w = behaviour_weights(prox, behav, mask, cap)
-    for key, value in (("is_total", w.total), ("is_truncated", w.truncated), ("is_tokens", w.tokens)):
-        stats[key] += value
-    stats["is_max"] = max(stats["is_max"], w.maximum)
-    return w.weights
+@dataclass
+class Sums:
+    """Float64 sums of 0-dim tensors on the rank's device, added to once per micro-batch and
+    read once per update (reading a device value waits for every queued kernel: a host
+    synchronisation). Float64 additions in the order the Python-float sums made them: the same
+    bits. Subclasses name the fields."""
+
+    @classmethod
+    def zeros(cls, device: torch.device) -> Self:
+        return cls(*(_zero(device) for _ in fields(cls)))
+
+    def add(self, other: Sums) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def named(self) -> dict[str, torch.Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class BatchSums(Sums):
+    """The batch's checks, over this rank's rows: |engine - learner| logprob over the trained
+    tokens (``gap_sum`` / ``tokens``), and with bounded staleness the importance weights'
+    sums (``is_*``, :func:`ragen2.algos.off_policy.behaviour_weights`)."""
+
+    gap_sum: torch.Tensor
+    tokens: torch.Tensor
+    is_total: torch.Tensor
+    is_truncated: torch.Tensor
+    is_tokens: torch.Tensor
+    is_max: torch.Tensor  # a maximum, not a sum
+
+    def add_gap(self, engine_lp: torch.Tensor, learner_lp: torch.Tensor, mask: torch.Tensor) -> None:
+        """Accumulate |engine - learner| logprob over generated tokens (a sync/numerics check)."""
+        self.gap_sum = self.gap_sum + _f64(((engine_lp - learner_lp).abs() * mask).sum())
+        self.tokens = self.tokens + _f64(mask.sum())
+
+    def add_weights(self, w: BehaviourWeights) -> None:
+        self.is_total = self.is_total + _f64(w.total)
+        self.is_truncated = self.is_truncated + _f64(w.truncated)
+        self.is_tokens = self.is_tokens + _f64(w.tokens)
+        new = _f64(w.maximum)  # max(old, new) as Python's max: NaN never replaces a number
+        self.is_max = torch.where(new > self.is_max, new, self.is_max)
+
+
+@dataclass
+class LossSums(Sums):
+    """Loss terms summed over micro-batches: one mini-batch's, then those of the update's
+    applied steps. ``clipfrac`` and ``approx_kl`` are weighted by each micro-batch's trained
+    tokens (``trained_tokens`` divides them); ``loss`` is what the policy and the critic
+    backpropagated (the optimiser step's finiteness check)."""
+
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    entropy: torch.Tensor
+    kl: torch.Tensor
+    vf_loss: torch.Tensor
+    clipfrac: torch.Tensor
+    approx_kl: torch.Tensor
+    trained_tokens: torch.Tensor
+
+
+@dataclass
+class Steps:
+    """The update's optimiser steps (host numbers: each step's decision is read when taken)."""
+
+    applied: float = 0.0
+    skipped: float = 0.0
+    grad_norm: float = 0.0  # summed over the applied steps
+    critic_grad_norm: float = 0.0
+
+
+@dataclass
+class Micro:
+    """One micro-batch of this rank, prepared once per update and read by every epoch:
+    (B, T) device tensors, the masks' host facts, the shared-prefix plan, and the no-grad
+    passes' outputs (old / reference logprobs, critic values) and credit assignment."""
+
+    ids: torch.Tensor
+    attn: torch.Tensor
+    mask: torch.Tensor
+    engine_lp: torch.Tensor
+    facts: MaskFacts
+    scales: torch.Tensor | None
+    share: PrefixPlan | None
+    old: torch.Tensor | None = None
+    ref: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    adv: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    reg_w: torch.Tensor | None = None
+    is_w: torch.Tensor | None = None
 
 
 def optimizer_step(rank: LearnerRank, pairs: list[tuple[list[torch.nn.Parameter], torch.optim.Optimizer]],
-                   loss: float) -> list[float] | None:
+                   loss: float | torch.Tensor) -> list[float] | None:
     """Clip each model's gradients and step its optimiser, or step none of them.
 
-    ``loss`` is this rank's summed loss of the mini-batch; the total gradient norms are global.
-    When the loss on any rank or any norm is not finite, every rank drops the gradients without
-    ``optimizer.step()``: weights and optimiser state (Adam's moments) stay exactly as they
-    were. Returns the norms before clipping, or None for a skipped step.
+    ``loss`` is this rank's summed loss of the mini-batch (a number, or a 0-dim tensor on the
+    device: then read here, with the norms, in one transfer); the total gradient norms are
+    global. When the loss on any rank or any norm is not finite, every rank drops the gradients
+    without ``optimizer.step()``: weights and optimiser state (Adam's moments) stay exactly as
+    they were. Returns the norms before clipping, or None for a skipped step.
     """
     clip = rank.cfg.algorithm.grad_clip
-    norms = [float(full_tensor(torch.nn.utils.clip_grad_norm_(params, clip))) for params, _ in pairs]
-    ok = math.isfinite(loss) and all(math.isfinite(n) for n in norms)
+    norms = [full_tensor(torch.nn.utils.clip_grad_norm_(params, clip)) for params, _ in pairs]
+    device = norms[0].device
+    values = torch.stack([torch.as_tensor(loss, dtype=torch.float64, device=device),
+                          *(n.to(torch.float64) for n in norms)])
     if rank.world_size > 1:  # the loss is per rank: agree before anyone steps
-        flag = torch.tensor([float(ok)], device=rank.device)
+        flag = torch.isfinite(values).all().to(torch.float32).reshape(1).to(rank.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        ok = bool(flag.item())
+        values = torch.cat([values.to(rank.device), flag.to(torch.float64)])
+    host = values.tolist()  # the step's one host synchronisation
+    ok = bool(host[-1]) if rank.world_size > 1 else all(math.isfinite(v) for v in host)
     for _, optim in pairs:
         if ok:
             optim.step()
         optim.zero_grad(set_to_none=True)
-    return norms if ok else None
+    return host[1:1 + len(norms)] if ok else None
 
 
 def update(rank: LearnerRank, batch: TrainingBatch, step: int) -> dict[str, float]:
@@ -121,26 +210,27 @@ def update(rank: LearnerRank, batch: TrainingBatch, step: int) -> dict[str, floa
 
     # 1. old / ref logprobs and values for this rank's rows (no grad). The first mini-batch is
     #    trained before the policy moves, so its old logprobs come free from its own forward.
-    cache: dict[tuple[int, int], dict[str, Any]] = {}
-    stats = {"gap_sum": 0.0, "tokens": 0.0}
-    if lag:  # the importance weights' sums (every rank holds the same keys: one all-reduce)
-        stats.update(is_total=0.0, is_truncated=0.0, is_tokens=0.0, is_max=0.0)
+    cache: dict[tuple[int, int], Micro] = {}
+    sums = BatchSums.zeros(rank.device)  # read with the loss terms, once, at the end
     with torch.no_grad():
         for mi, (_, micros) in enumerate(plan):
             for ui, micro in enumerate(micros):
-                ids, attn, mask, eng = tensors(rank, batch, micro, "input_ids", "attention_mask",
-                                               "loss_mask", "logprobs")
-                c = cache[mi, ui] = {}
-                sc = scales(batch, micro)
-                # planned once per micro-batch (a collective with FSDP); every epoch reuses it
-                c["share"] = share = rank._prefix_plan(ids, attn, mask)
+                host = host_tensors(batch, micro, "input_ids", "attention_mask", "loss_mask",
+                                    "logprobs")
+                ids, attn, mask, eng = (to_device(rank, t) for t in host)
+                # planned once per micro-batch, on the host (a collective with FSDP); every
+                # epoch reuses it
+                c = cache[mi, ui] = Micro(ids, attn, mask, eng, MaskFacts.of(host[2], host[1]),
+                                          scales(batch, micro), rank._prefix_plan(*host[:3]))
                 if mi > 0 or rank.lora_dropout:  # (dropout: old logprobs without it)
-                    c["old"], _ = rank._forward(rank.model, ids, attn, mask, sc, plan=share)
-                    _gap(stats, eng, c["old"], mask)
+                    c.old, _ = rank._forward(rank.model, ids, attn, mask, c.scales, plan=c.share,
+                                             facts=c.facts)
+                    sums.add_gap(eng, c.old, mask)
                 if rank.ref is not None:
-                    c["ref"], _ = rank._forward(rank.ref, ids, attn, mask, sc, plan=share)
+                    c.ref, _ = rank._forward(rank.ref, ids, attn, mask, c.scales, plan=c.share,
+                                             facts=c.facts)
                 if rank.critic is not None:
-                    c["values"] = rank.critic(ids, attn)
+                    c.values = rank.critic(ids, attn)
 
     # 2. credit assignment (``algorithm.adv_estimator``). Per-sample loss weights (tiered SNR
     #    filtering) scale the advantages: the policy losses are positively homogeneous in A, so
@@ -157,114 +247,120 @@ def update(rank: LearnerRank, batch: TrainingBatch, step: int) -> dict[str, floa
     for mi, (_, micros) in enumerate(plan):
         for ui, micro in enumerate(micros):
             c = cache[mi, ui]
-            mask, tok_r = tensors(rank, batch, micro, "loss_mask", "token_rewards")
+            (tok_r,) = tensors(rank, batch, micro, "token_rewards")
             rows = torch.from_numpy(micro.index)
-            w = weights[rows].to(rank.device).unsqueeze(1)
-            c["reg_w"] = None if reg is None else reg[rows].to(rank.device).unsqueeze(1)
-            adv, ret = assign_credit(AdvantageInputs(rewards, group_ids, rows, tok_r, mask,
-                                                     c.get("values")), a)
-            c["adv"], c["returns"] = adv * w, ret
+            w = to_device(rank, weights[rows]).unsqueeze(1)
+            c.reg_w = None if reg is None else to_device(rank, reg[rows]).unsqueeze(1)
+            adv, c.returns = assign_credit(AdvantageInputs(rewards, group_ids, rows, tok_r, c.mask,
+                                                           c.values), a)
+            c.adv = adv * w
 
     # 3. PPO epochs over mini-batches (adapter dropout, if any, also during the backward's
     #    activation recomputation)
     with train_mode(rank):
-        m = ppo_epochs(rank, batch, plan, cache, stats, batch.loss_scale)
+        terms, steps = ppo_epochs(rank, batch, plan, cache, sums, batch.loss_scale)
     rank.version += 1
 
-    global_keys = ("grad_norm", "critic_grad_norm", "updates", "nonfinite_skipped")
-    is_max = stats.pop("is_max") if lag else None
-    r = allreduce(rank, {**stats, **{k: v for k, v in m.items() if k not in global_keys}})
+    # every sum in one transfer (the update's one host synchronisation besides the steps')
+    local = {k: v for k, v in {**sums.named(), **terms.named()}.items()
+             if k not in ("is_max", "loss") and (lag or not k.startswith("is_"))}
+    keys = sorted(local)  # (the order of the former all-reduce of host numbers)
+    reduced = torch.stack([local[k] for k in keys])
+    is_max = sums.is_max.reshape(1)
+    if rank.world_size > 1:
+        dist.all_reduce(reduced)
+        if lag:
+            dist.all_reduce(is_max, op=dist.ReduceOp.MAX)
+    values = torch.cat([reduced, is_max]).tolist()
+    r = dict(zip(keys, values))
     tokens = max(r["tokens"], 1.0)
     # means over the applied optimiser steps (NaN when all were skipped)
-    updates = m["updates"] or math.nan
-    steps_tok = max(r["trained_tokens"], 1.0) if m["updates"] else math.nan
+    updates = steps.applied or math.nan
+    steps_tok = max(r["trained_tokens"], 1.0) if steps.applied else math.nan
     out = {
         "actor/loss": r["pg_loss"] / updates,
         "actor/entropy": r["entropy"] / updates,
         "actor/pg_clipfrac": r["clipfrac"] / steps_tok,
         "actor/ppo_kl": r["approx_kl"] / steps_tok,
-        "actor/grad_norm": m["grad_norm"] / updates,
+        "actor/grad_norm": steps.grad_norm / updates,
         "actor/logprob_gap": r["gap_sum"] / tokens,
         "actor/lr": lr,
         "actor/policy_version": float(rank.version),
-        "actor/nonfinite_skipped": m["nonfinite_skipped"],
-        "actor/optimizer_steps": m["updates"],
+        "actor/nonfinite_skipped": steps.skipped,
+        "actor/optimizer_steps": steps.applied,
     }
-    if is_max is not None:  # bounded staleness: the importance weights of the batch's tokens
+    if lag:  # bounded staleness: the importance weights of the batch's tokens
         is_tokens = max(r["is_tokens"], 1.0)
         out["async/is_weight_mean"] = r["is_total"] / is_tokens
-        out["async/is_weight_max"] = allreduce_max(rank, is_max)
+        out["async/is_weight_max"] = values[-1]
         out["async/is_truncated_frac"] = r["is_truncated"] / is_tokens
     if rank.ref is not None:
         out["actor/kl_loss"] = r["kl"] / updates
     if rank.critic is not None:
         out["critic/vf_loss"] = r["vf_loss"] / updates
-        out["critic/grad_norm"] = m["critic_grad_norm"] / updates
+        out["critic/grad_norm"] = steps.critic_grad_norm / updates
     return out
 
 
 def ppo_epochs(rank: LearnerRank, batch: TrainingBatch, plan: list[tuple[np.ndarray, list[Rows]]],
-               cache: dict[tuple[int, int], dict[str, Any]], stats: dict[str, float],
-               loss_scale: float) -> dict[str, float]:
+               cache: dict[tuple[int, int], Micro], sums: BatchSums, loss_scale: float,
+               ) -> tuple[LossSums, Steps]:
     """Step 3 of :func:`update`: ``ppo_epochs`` passes over the mini-batches, one optimiser
-    step per mini-batch. Returns the summed (this rank's) loss terms and gradient norms of the
-    applied steps, and the count of steps skipped for a non-finite loss or gradient."""
+    step per mini-batch. Returns the summed (this rank's) loss terms of the applied steps, on
+    the device, and the steps: applied, skipped for a non-finite loss or gradient, and the
+    applied ones' summed gradient norms. No host synchronisation but the steps'."""
     a = rank.cfg.algorithm
     norm_tokens = rank.settings.norm_tokens  # Dr.GRPO's constant (seq-mean-token-sum-norm)
-    m = {"pg_loss": 0.0, "clipfrac": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0,
-         "vf_loss": 0.0, "grad_norm": 0.0, "critic_grad_norm": 0.0, "updates": 0.0,
-         "trained_tokens": 0.0, "nonfinite_skipped": 0.0}
+    terms, steps = LossSums.zeros(rank.device), Steps()
     pairs = [(rank.trainable, rank.optim)]
     if rank.critic is not None:
         pairs.append((list(rank.critic.parameters()), rank.critic_optim))
     for _ in range(a.ppo_epochs):
         for mi, (mb, micros) in enumerate(plan):
-            mm = dict.fromkeys(("pg_loss", "entropy", "kl", "vf_loss", "clipfrac", "approx_kl",
-                                "trained_tokens", "loss"), 0.0)  # this mini-batch's terms
+            mm = LossSums.zeros(rank.device)  # this mini-batch's terms
             mask_all = batch.loss_mask[mb]
             counts = dict(agg_mode=a.loss_agg_mode, num_tokens=float(mask_all.sum()),
                           num_seqs=float((mask_all.sum(1) > 0).sum()), norm_tokens=norm_tokens)
-            for ui, micro in enumerate(micros):
+            for ui, _ in enumerate(micros):
                 c = cache[mi, ui]
-                ids, attn, mask, eng = tensors(rank, batch, micro, "input_ids", "attention_mask",
-                                               "loss_mask", "logprobs")
-                share = c["share"]
-                with holding(rank, share):  # forward .. backward
-                    lp, ent = rank._forward(rank.model, ids, attn, mask, scales(batch, micro),
-                                            entropy=True, entropy_grad=a.entropy_coef > 0, plan=share)
-                    if "old" not in c:  # first mini-batch, first epoch: the policy is unchanged
-                        c["old"] = lp.detach()
-                        _gap(stats, eng, c["old"], mask)
-                    if rank.settings.max_staleness and "is_w" not in c:  # pi_prox = "old"
-                        c["is_w"] = _behaviour_weights(stats, c["old"], eng, mask, a.tis_cap)
-                    out = compute_loss(LossInputs(lp, c["old"], c["adv"], mask, entropy=ent,
-                                                  ref_logprobs=c.get("ref"),
-                                                  regulariser_weights=c["reg_w"],
-                                                  behaviour_weights=c.get("is_w"), **counts), a)
+                mask = c.mask
+                with holding(rank, c.share):  # forward .. backward
+                    lp, ent = rank._forward(rank.model, c.ids, c.attn, mask, c.scales,
+                                            entropy=True, entropy_grad=a.entropy_coef > 0,
+                                            plan=c.share, facts=c.facts)
+                    if c.old is None:  # first mini-batch, first epoch: the policy is unchanged
+                        c.old = lp.detach()
+                        sums.add_gap(c.engine_lp, c.old, mask)
+                    if rank.settings.max_staleness and c.is_w is None:  # pi_prox = "old"
+                        w = behaviour_weights(c.old, c.engine_lp, mask, a.tis_cap)
+                        sums.add_weights(w)  # (pi_prox and pi_behav are fixed over the epochs)
+                        c.is_w = w.weights
+                    out = compute_loss(LossInputs(lp, c.old, c.adv, mask, entropy=ent,
+                                                  ref_logprobs=c.ref, regulariser_weights=c.reg_w,
+                                                  behaviour_weights=c.is_w, **counts), a)
                     (out.loss * (loss_scale * rank.world_size)).backward()
-                w = float(mask.sum())
-                mm["loss"] += out.loss.detach().item()
-                mm["pg_loss"] += out.policy_loss.detach().item()
-                mm["entropy"] += out.entropy.detach().item()
+                w = _f64(mask.sum())
+                mm.loss = mm.loss + _f64(out.loss)
+                mm.pg_loss = mm.pg_loss + _f64(out.policy_loss)
+                mm.entropy = mm.entropy + _f64(out.entropy)
                 if out.kl is not None:
-                    mm["kl"] += out.kl.detach().item()
-                mm["clipfrac"] += float(out.policy_metrics["clipfrac"]) * w
-                mm["approx_kl"] += float(out.policy_metrics["approx_kl"]) * w
-                mm["trained_tokens"] += w
+                    mm.kl = mm.kl + _f64(out.kl)
+                mm.clipfrac = mm.clipfrac + _f64(out.policy_metrics["clipfrac"]) * w
+                mm.approx_kl = mm.approx_kl + _f64(out.policy_metrics["approx_kl"]) * w
+                mm.trained_tokens = mm.trained_tokens + w
                 if rank.critic is not None:
-                    vl = value_term(ValueInputs(rank.critic(ids, attn), c["values"], c["returns"],
+                    vl = value_term(ValueInputs(rank.critic(c.ids, c.attn), c.values, c.returns,
                                                 mask, **counts), a)
                     (a.value_coef * vl * rank.world_size).backward()
-                    mm["vf_loss"] += vl.detach().item()
-                    mm["loss"] += vl.detach().item()
-            norms = rank._step(pairs, mm.pop("loss"))
+                    mm.vf_loss = mm.vf_loss + _f64(vl)
+                    mm.loss = mm.loss + _f64(vl)
+            norms = rank._step(pairs, mm.loss)
             if norms is None:  # non-finite: nothing applied, nothing counted
-                m["nonfinite_skipped"] += 1
+                steps.skipped += 1
                 continue
-            for k, v in mm.items():
-                m[k] += v
-            m["grad_norm"] += norms[0]
+            terms.add(mm)
+            steps.grad_norm += norms[0]
             if rank.critic is not None:
-                m["critic_grad_norm"] += norms[1]
-            m["updates"] += 1
-    return m
+                steps.critic_grad_norm += norms[1]
+            steps.applied += 1
+    return terms, steps

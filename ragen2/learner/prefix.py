@@ -16,7 +16,8 @@ exact prefix tokens (not by ``group_ids``): different prompts are never mixed up
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -33,6 +34,10 @@ class PrefixPlan:
     suffix_ids: Tensor  # (B, S) right-padded: ids[b, offset[b]:length[b]]
     suffix_attn: Tensor  # (B, S)
     offset: Tensor  # (B,) long: the prefix length of each row (suffix b starts at this position)
+
+    def to(self, move: Callable[[Tensor], Tensor]) -> PrefixPlan:
+        """The plan with ``move`` applied to every tensor (e.g. from the host to a device)."""
+        return PrefixPlan(*(move(getattr(self, f.name)) for f in fields(self)))
 
 
 def plan_shared_prefix(ids: Tensor, attn: Tensor, mask: Tensor, min_saving: float = 0.2,

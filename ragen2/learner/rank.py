@@ -27,7 +27,7 @@ import torch.distributed as dist
 from ragen2.batch import TrainingBatch
 from ragen2.config import Config
 from ragen2.learner import build, forward, ppo, probes, sft, state
-from ragen2.learner.forward import Rows, accepts_logits_to_keep, first_trained_position
+from ragen2.learner.forward import MaskFacts, Rows, accepts_logits_to_keep, first_trained_position
 from ragen2.learner.ppo import StaleBatchError
 from ragen2.learner.prefix import PrefixPlan
 from ragen2.learner.settings import LearnerSettings
@@ -103,16 +103,16 @@ class LearnerRank:
     def _forward(self, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
                  mask: torch.Tensor, scales: torch.Tensor | None = None, *, entropy: bool = False,
                  entropy_grad: bool = False, plan: PrefixPlan | None = None,
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 facts: MaskFacts | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         return forward.forward(self, model, ids, attn, mask, scales, entropy=entropy,
-                               entropy_grad=entropy_grad, plan=plan)
+                               entropy_grad=entropy_grad, plan=plan, facts=facts)
 
     def _prefix_plan(self, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
                      ) -> PrefixPlan | None:
         return forward.prefix_plan(self, ids, attn, mask)
 
     def _step(self, pairs: list[tuple[list[torch.nn.Parameter], torch.optim.Optimizer]],
-              loss: float) -> list[float] | None:
+              loss: float | torch.Tensor) -> list[float] | None:
         """Clip and step every optimiser, or none (:func:`ragen2.learner.ppo.optimizer_step`)."""
         return ppo.optimizer_step(self, pairs, loss)
 

@@ -73,3 +73,22 @@ def test_logprobs_and_entropy_grad_only_when_asked():
     # -> [-0.25 * (-1.386294 + 0.562335), -0.75 * (-0.287682 + 0.562335)] = [0.205990, -0.205990]
     assert logits.grad[0, 0].tolist() == pytest.approx([0.205990, -0.205990], abs=1e-5)
     assert logits.grad[0, 1].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)  # uniform: a maximum
+
+
+def test_a_known_entropy_count_selects_the_same_tokens_bit_for_bit():
+    """``entropy_tokens`` (the learner knows the count on the host: no device read) gives the
+    same values and gradients as the boolean selection; a wrong count fails."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    labels = torch.randint(0, 11, (3, 5))
+    mask = torch.tensor([[0, 1, 1, 0, 1], [0, 0, 0, 0, 0], [1, 1, 0, 1, 1]])
+    out = []
+    for count in (None, 7):
+        z = logits.clone().requires_grad_(True)
+        lp, ent = logprobs_and_entropy(z, labels, 0.8, entropy_mask=mask, entropy_tokens=count)
+        (lp.sum() + (ent * torch.arange(15.0).reshape(3, 5)).sum()).backward()
+        out.append((lp, ent, z.grad))
+    for a, b in zip(*out):
+        assert torch.equal(a, b)
+    with pytest.raises(RuntimeError, match="entropy_tokens"):
+        logprobs_and_entropy(logits, labels, entropy_mask=mask, entropy_tokens=6)

@@ -24,18 +24,20 @@ def test_weights_are_the_truncated_ratio_on_the_mask():
     expected = torch.tensor([[1.5, 0.5, 2.0], [1.0, 2.0, 0.0]])  # 4.0 and 2.5 truncated at 2
     torch.testing.assert_close(w.weights, expected)
     assert w.tokens == 5 and w.truncated == 2
-    assert w.total == pytest.approx(1.5 + 0.5 + 2.0 + 1.0 + 2.0)
-    assert w.raw_total == pytest.approx(1.5 + 0.5 + 4.0 + 1.0 + 2.5)
-    assert w.maximum == pytest.approx(4.0)  # before truncation
+    assert float(w.total) == pytest.approx(1.5 + 0.5 + 2.0 + 1.0 + 2.0)
+    assert float(w.raw_total) == pytest.approx(1.5 + 0.5 + 4.0 + 1.0 + 2.5)
+    assert float(w.maximum) == pytest.approx(4.0)  # before truncation
     uncapped = behaviour_weights(PROX, BEHAV, MASK, cap=None)
     assert uncapped.truncated == 0 and uncapped.weights[0, 2].item() == pytest.approx(4.0)
     assert torch.isfinite(uncapped.weights).all()  # the -inf off the mask gave no inf/NaN
+    empty = behaviour_weights(PROX, BEHAV, torch.zeros_like(MASK), cap=2.0)
+    assert empty.tokens == 0 and float(empty.maximum) == 0.0 and float(empty.total) == 0.0
 
 
 def test_identical_policies_give_weight_one():
     w = behaviour_weights(PROX, PROX, MASK, cap=2.0)
     torch.testing.assert_close(w.weights, MASK.float())
-    assert w.truncated == 0 and w.maximum == pytest.approx(1.0)
+    assert w.truncated == 0 and float(w.maximum) == pytest.approx(1.0)
 
 
 def test_decoupled_loss_by_hand():
