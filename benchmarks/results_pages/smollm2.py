@@ -180,14 +180,15 @@ def smollm2_mi() -> str:
     return """
 **The reasoning's input dependence.** Here the whole reply is what the MI monitor reads (a plain
 reply is both the reasoning and the action). Batch MI {mi0} nats at step {s0} (bound log {n} =
-{log_n:.2f}; retrieval@1 {r0}, chance {chance}) and {mi1} at step {s1} (at the bound, retrieval
+{log_n:.2f}; retrieval@1 {r0}, chance {chance}) and {mi1} at step {s1} ({bound}retrieval
 {r1}); probe-panel MI {ci0} nats at step {ps0} (bound log {pn} = {panel_log_n:.2f}) and {ci1} at
 step {ps1}.""".format(
         mi0=_each([r["collapse/mi"] for r in m0]), s0=m0[0]["step"], n=round(math.exp(log_n)),
         log_n=log_n, r0=_each([r["collapse/retrieval_acc@1"] for r in m0]),
         chance=f"{m0[0]['collapse/retrieval_chance@1']:.3g}",
         mi1=_each([r["collapse/mi"] for r in m1]),
-        s1=m1[0]["step"], r1=_each([r["collapse/retrieval_acc@1"] for r in m1], 1), ci0=ci(p0),
+        s1=m1[0]["step"], bound=("at the bound, " if all(abs(r["collapse/mi"] - log_n) < 5e-3
+                                                      for r in m1) else ""), r1=_each([r["collapse/retrieval_acc@1"] for r in m1], 1), ci0=ci(p0),
         ps0=p0[0]["step"], pn=round(math.exp(panel_log_n)), panel_log_n=panel_log_n, ci1=ci(p1),
         ps1=p1[0]["step"])
 
