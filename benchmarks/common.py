@@ -251,11 +251,12 @@ def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: 
     return out
 
 
-def git_commit() -> str | None:
-    """The checkout runs are made on: ``git describe --always --dirty`` (a ``-dirty`` suffix when
-    the tree differs from that commit) and the files that differ."""
+def git_commit(root: Path = ROOT) -> str | None:
+    """The checkout runs are made on (``root``, by default this one): ``git describe --always
+    --dirty`` (a ``-dirty`` suffix when the tree differs from that commit) and the files that
+    differ."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                               check=False).stdout.strip()
 
     head = git("describe", "--always", "--dirty", "--abbrev=7")

@@ -25,7 +25,7 @@ import ragen2.learner.ppo as ppo_module
 from ragen2.algos.advantages import AdvantageInputs
 from ragen2.algos.objective import (LossInputs, assign_credit, combined_regulariser_weights,
                                     compute_loss, snr_gate)
-from ragen2.learner.forward import holding, scales, tensors
+from ragen2.learner.forward import MaskFacts, holding, scales, tensors
 from ragen2.learner.microbatch import mini_batches
 from tests.learner.test_rank import _batch, _rank
 
@@ -151,9 +151,8 @@ CONFIGS = {
 def test_host_reads_do_not_grow_with_the_micro_batches(tiny_model_path, config):
     """One read per optimiser step (its finite check and gradient norms) and one for every
     metric of the update, whether the 6 rows run as 6 micro-batches or as 1 per mini-batch.
-    Inside the model's forward, transformers reads the attention mask when rows are padded (a
-    hand-written loop's forward does too); a micro-batch of one row has no padding, and then
-    the policy's forward reads nothing."""
+    The policy's forward reads nothing either way: rows padded on the right get no attention
+    mask (which transformers would read back), see ``MaskFacts.gapped``."""
     extra = CONFIGS[config]
     lag = 1 if config == "stale_k1" else 0
     one_row, m = _reads(tiny_model_path, *extra, "algorithm.micro_batch_size=1", batch_version=lag)
@@ -161,7 +160,7 @@ def test_host_reads_do_not_grow_with_the_micro_batches(tiny_model_path, config):
     steps = m["actor/optimizer_steps"] + m["actor/nonfinite_skipped"]
     assert one_row.reads == all_rows.reads == ["Tensor.tolist"] * int(steps + 1), one_row.reads
     if config != "ppo_gae_kl":  # (the critic's forward passes its mask through)
-        assert one_row.in_model == []
+        assert one_row.in_model == all_rows.in_model == []
 
 
 def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[str, float]:
@@ -186,7 +185,8 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                 ids, attn, mask, eng = tensors(r, b, micro, "input_ids", "attention_mask",
                                                "loss_mask", "logprobs")
                 old[mi, ui] = r._forward(r.model, ids, attn, mask, scales(b, micro),
-                                         plan=r._prefix_plan(ids, attn, mask))[0]
+                                         plan=r._prefix_plan(ids, attn, mask),
+                                         facts=MaskFacts.of(mask, attn))[0]
                 gap += float(((eng - old[mi, ui]).abs() * mask).sum())
                 tokens += float(mask.sum())
     rewards, group_ids = torch.tensor(b.rewards, dtype=torch.float64), torch.tensor(b.group_ids)
@@ -204,10 +204,10 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                                                   "loss_mask", "logprobs", "token_rewards")
             rows = torch.from_numpy(micro.index)
             adv, _ = assign_credit(AdvantageInputs(rewards, group_ids, rows, tok_r, mask), a)
-            share = r._prefix_plan(ids, attn, mask)
+            share, facts = r._prefix_plan(ids, attn, mask), MaskFacts.of(mask, attn)
             with holding(r, share):
                 lp, ent = r._forward(r.model, ids, attn, mask, scales(b, micro), entropy=True,
-                                     entropy_grad=a.entropy_coef > 0, plan=share)
+                                     entropy_grad=a.entropy_coef > 0, plan=share, facts=facts)
                 if mi == 0:
                     old[mi, ui] = lp.detach()
                     gap += float(((eng - old[mi, ui]).abs() * mask).sum())
@@ -215,7 +215,8 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                 ref = None
                 if r.ref is not None:
                     with torch.no_grad():
-                        ref = r._forward(r.ref, ids, attn, mask, scales(b, micro), plan=share)[0]
+                        ref = r._forward(r.ref, ids, attn, mask, scales(b, micro), plan=share,
+                                         facts=facts)[0]
                 out = compute_loss(LossInputs(lp, old[mi, ui], adv, mask, entropy=ent,
                                               ref_logprobs=ref,
                                               regulariser_weights=None if reg is None
