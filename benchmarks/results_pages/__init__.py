@@ -56,4 +56,5 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "step-account-phases": account.step_account_phases,
     "step-account-job": account.step_account_job,
     "step-account-update": account.step_account_update,
+    "update-ab": account.update_ab,
 }
