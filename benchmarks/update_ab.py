@@ -8,7 +8,8 @@ The batch is shaped like a finished run's (``--run DIR``: its median batch, as
 HEAD~1``), side B from this checkout (or ``--head``); the harness (``step_account.py``) is this
 checkout's for both. The sides alternate A B A B ... (``--rounds`` pairs; each round times
 ``--repeats`` updates after one warm-up and keeps their median), so a drift of the machine's speed
-hits both. Reported: each side's median over rounds, the ratio B / A of the medians, and the per-round ratios.
+hits both. Reported: each side's median over rounds, the ratio B / A of the medians, and the
+per-round ratios.
 
 Usage::
 
