@@ -9,11 +9,13 @@ HEAD~1``), side B from this checkout (or ``--head``); the harness (``step_accoun
 checkout's for both. The sides alternate A B A B ... (``--rounds`` pairs; each round times
 ``--repeats`` updates after one warm-up and keeps their median), so a drift of the machine's speed
 hits both. Reported: each side's median over rounds, the ratio B / A of the medians, and the
-per-round ratios.
+per-round ratios. A settings change is timed the same way: one checkout for both sides
+(``--base`` and ``--head``) and each side's overrides (``--a-set``, ``--b-set``).
 
 Usage::
 
     python benchmarks/update_ab.py --base /tmp/base --run outputs/step_account/<time> [--rounds 3]
+    python benchmarks/update_ab.py --base . --run RUN --b-set learner.micro_batch_tokens=8192
 
 Writes ``benchmarks/results/update_ab.json`` (``--name`` changes the file name). Run nothing else
 meanwhile.
@@ -35,14 +37,15 @@ sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 
 
-def one_side(checkout: Path, run_dir: Path, repeats: int, out: Path) -> None:
+def one_side(checkout: Path, run_dir: Path, repeats: int, out: Path, sets: list[str]) -> None:
     """In a child process: profile the update of the run's batch with ``checkout``'s ragen2
-    (first on sys.path: ``common`` put this checkout there; spawned ranks inherit sys.path)."""
+    (first on sys.path: ``common`` put this checkout there; spawned ranks inherit sys.path) and
+    the run's overrides plus ``sets``."""
     sys.path.insert(0, str(checkout))
     import step_account as sa
     from ragen2.train import load_config, resolve_model_path
 
-    overrides = sa.run_overrides(run_dir, [])
+    overrides = [*sa.run_overrides(run_dir, []), *sets]
     cfg = load_config(overrides)
     s = sa.job_settings(cfg)
     model_path = resolve_model_path(cfg)
@@ -70,19 +73,26 @@ def main() -> None:
         ap.add_argument("--rounds", type=int, default=3, help="A B pairs")
         ap.add_argument("--repeats", type=int, default=3, help="timed updates per side and round")
         ap.add_argument("--name", default="update_ab", help="the result file's name")
+        ap.add_argument("--a-set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides of side A only (a settings change: --base and --head the "
+                             "same checkout)")
+        ap.add_argument("--b-set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides of side B only")
         ap.add_argument("--side", nargs=2, default=None, metavar=("CHECKOUT", "JSON"),
                         help="internal: time one side with CHECKOUT's ragen2, write JSON")
+        ap.add_argument("--side-set", nargs="*", default=[], help="internal: that side's overrides")
 
     args = common.parse_args(__doc__, extra)
     run_dir = Path(args.run).resolve()
     if args.side:
-        one_side(Path(args.side[0]), run_dir, args.repeats, Path(args.side[1]))
+        one_side(Path(args.side[0]), run_dir, args.repeats, Path(args.side[1]), args.side_set)
         return
     base = Path(args.base).resolve()
     if not (base / "ragen2" / "__init__.py").exists():
         raise SystemExit(f"--base {base}: no ragen2/ package there (a checkout of the repository)")
     head = Path(args.head).resolve()
     sides = {"A": base, "B": head}
+    sets = {"A": args.a_set, "B": args.b_set}
     times: dict[str, list[float]] = {"A": [], "B": []}
     seen: dict[str, str] = {}
     for r in range(args.rounds):
@@ -90,7 +100,8 @@ def main() -> None:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
                 out = Path(f.name)
             cmd = [sys.executable, __file__, "--base", str(base), "--run", str(run_dir),
-                   "--repeats", str(args.repeats), "--side", str(sides[side]), str(out)]
+                   "--repeats", str(args.repeats), "--side", str(sides[side]), str(out),
+                   "--side-set", *sets[side]]
             subprocess.run(cmd, check=True, cwd=common.ROOT)
             got = json.loads(out.read_text())
             out.unlink()
@@ -103,9 +114,9 @@ def main() -> None:
             raise SystemExit(f"side {side} imported ragen2 from {seen[side]}, not {path}")
     med = {k: statistics.median(v) for k, v in times.items()}
     per_round = [b / a for a, b in zip(times["A"], times["B"])]
-    results = {"A": {"checkout": str(base), "commit": common.git_commit(base),
+    results = {"A": {"checkout": str(base), "commit": common.git_commit(base), "overrides": sets["A"],
                      "update_s": times["A"], "median_s": med["A"]},
-               "B": {"checkout": str(head), "commit": common.git_commit(head),
+               "B": {"checkout": str(head), "commit": common.git_commit(head), "overrides": sets["B"],
                      "update_s": times["B"], "median_s": med["B"]},
                "per_round_ratio": per_round}
     settings = {"run_dir": os.path.relpath(run_dir, common.ROOT), "rounds": args.rounds,
