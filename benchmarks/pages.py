@@ -51,7 +51,7 @@ ALLOWED = (
     (r"\b\d{4}-\d{2}-\d{2}(?:/\d{2})?\b", "a date"),
     (r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", "a commit"),
     (r"\b[Ii]ssue \d+(?:, item \d+)?", "an issue"),
-    (r"\bStudy [12]\b", "a study's name"),
+    (r"\bStudy [123]\b", "a study's name"),
     (r"\bk = \d\b", "the name of trainer.max_staleness=k"),
     (r"\bseeds? \d+(?:(?:-|, | and )\d+)*", "a seed's name"),
     (r"\b\d+(?:\.\d+)?[MB]\b", "a model's size (SmolLM2-135M)"),

@@ -1,14 +1,20 @@
 """Blocks from the collapse study's committed results: ``results.json`` of each study directory
 under ``benchmarks/collapse_study/`` and, for a value before RL that ``results.json`` does not
-keep, the committed run's ``metrics.jsonl``: results/collapse-study.md."""
+keep, the committed run's ``metrics.jsonl``; for Study 3, also its pilot's ``pilot.json`` and its
+``doses.json``: results/collapse-study.md."""
 
 from __future__ import annotations
 
-from .data import count, f, joined, load, median, pct, series
+import json
+import sys
+from pathlib import Path
+
+from .data import ROOT, count, f, joined, load, median, pct, series, table
 
 STUDY = "benchmarks/collapse_study"
 V2, SOKOBAN = "results_v2", "results_v2_sokoban"
 V1, RANDOM_START = "results", "results_random_start"
+V3 = "results_v3"
 #: the arm of Study 2 run outside its registration
 EXPLORATORY = "none_ent_paper"
 #: RAGEN-2's figures the study is compared with (the paper's, not this repository's data)
@@ -229,3 +235,125 @@ def study1_findings() -> str:
         rs_rho=_rho(rs["spearman"]["mi_vs_success"]),
         rs_train_rho=_rho(rs["spearman"]["mi_vs_train_success"]),
         rs_train_p=rs["spearman"]["mi_vs_train_success"]["p"], rs_shorter=pct(1 - rs_step))
+
+
+# --- Study 3 --------------------------------------------------------------------------------------
+
+
+def _study3():
+    """``study3`` and ``study3_report``, imported as ``run.py`` imports them (by name, from
+    ``benchmarks/collapse_study/``)."""
+    here = str(ROOT / STUDY)
+    if here not in sys.path:
+        sys.path.append(here)
+    import study3
+    import study3_report
+    return study3, study3_report
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def study3_status(out: str = f"{STUDY}/{V3}") -> str:
+    """Where Study 3 stands, from ``out`` (``results_v3/``, a path from the repository root) as
+    committed: the dose pilot's outcome per candidate (``pilot/pilot.json``; a candidate without
+    an entry is running or not run), the doses (``doses.json``, else why they are not chosen
+    yet: ``study3.choose_doses``), the state of every registered run (``study3.run_order`` over
+    the registered seeds, ``study3_report.missing_runs`` on ``results.json``'s records; a run
+    without a record counts as not run), each finished run's headline figures as
+    ``study3_report.analyze`` recorded them (``per_run``), and the verdicts
+    (``study3_analysis.verdict_text``, recorded as ``verdicts``) once every registered run is
+    finished; until then, how many are."""
+    s3, report = _study3()
+    path = ROOT / out
+    pilot = (_json(path / "pilot" / "pilot.json") or {"candidates": []})["candidates"]
+    return "\n\n".join([_pilot(s3, path, pilot), _doses(s3, path, pilot),
+                         _study3_runs(s3, report, path)])
+
+
+def _pilot(s3, path: Path, pilot: list[dict]) -> str:
+    """The pilot's table: one row per candidate, in the registered order."""
+    got = {float(o["coef"]): o for o in pilot}
+    rows, survived, waiting = [], False, False
+    for c in s3.PILOT_CANDIDATES:
+        o = got.get(c)
+        if o is None:
+            rows.append([f"{c:g}", "not needed: an earlier candidate survives" if survived
+                         else "waits for the earlier candidates" if waiting
+                         else "running or not run", "", "", ""])
+            waiting = True
+            continue
+        survived = survived or bool(o["survives"])
+        logged = s3._rows(path / "pilot" / f"c{c}_s{s3.PILOT_SEED}")
+        rows.append([f"{c:g}", {True: "**survives**", False: "does not survive",
+                                None: "no outcome"}[o["survives"]], o["why"],
+                     str(max(logged, default=o.get("stopped_at") or "—")),
+                     f"`{o.get('commit', '—')}`"])
+    return (f"The dose pilot (exploratory, counts toward nothing): seed {s3.PILOT_SEED}, filter "
+            f"`none`, the candidate bonuses in order until one survives.\n\n"
+            + table(["entropy_coef", "outcome", "why", "last step logged", "commit"], rows))
+
+
+def _doses(s3, path: Path, pilot: list[dict]) -> str:
+    """The chosen doses, or why there are none yet."""
+    chosen = _json(path / "doses.json")
+    if chosen is None:
+        try:
+            d = s3.choose_doses(pilot)["doses"]
+        except ValueError as e:
+            return f"The doses are not chosen yet ({e})."
+        return (f"The pilot's rule gives d0 {d['d0']:g}, dlow {d['dlow']:g} and dhigh "
+                f"{d['dhigh']:g}, but `doses.json` is not committed yet.")
+    d = chosen["doses"]
+    return (f"Doses (`doses.json`): d0 {d['d0']:g}, dlow {d['dlow']:g} and dhigh {d['dhigh']:g}"
+            + (" (the fallback: no candidate survived, a deviation)" if chosen.get("fallback")
+               else "") + ".")
+
+
+def _headline(r: dict, _f) -> list[str]:
+    """One finished run's row, from its ``per_run`` entry, in ``tables.md``'s formats (``_f``)."""
+    change = (f"{_f(r['grounding_change'], 3, True)} [{_f(r['grounding_lo'], 3, True)}, "
+              f"{_f(r['grounding_hi'], 3, True)}]" if r["grounding_change"] is not None
+              else f"— ({r['grounding_change_why']})")
+    return [f"`{r['key']}`",
+            f"{_f(r['grounding_before'])} -> " + ", ".join(_f(v) for v in r["grounding_after"]),
+            change, f"{_f(r['success_before'])} -> {_f(r['success_final'])}",
+            _f(r["format_errors_final"]),
+            {True: "**yes**", False: "no", None: "n/a"}[r["template_collapse"]]]
+
+
+def _study3_runs(s3, report, path: Path) -> str:
+    """The registered runs' states, the finished runs' figures, the verdicts or how many wait."""
+    res = _json(path / "results.json") or {}
+    seeds, order = s3.FULL["seeds"], s3.run_order(s3.FULL["seeds"])
+    done, missing = report.missing_runs(path, res.get("runs", []), seeds)
+    recorded = {(r["arm"], r["seed"]) for r in res.get("runs", [])}
+
+    def state(arm: str, seed: int) -> str:
+        """Finished, not run, or what missing_runs says of a recorded run (75: interrupted)."""
+        if (arm, seed) in done:
+            return "**finished**"
+        return missing[f"{arm}_s{seed}"] if (arm, seed) in recorded else "not run"
+
+    arms = list(dict.fromkeys(a for a, _ in order))
+    parts = [f"The registered runs, in order seed by seed ({', '.join(f'`{a}`' for a in arms)}; "
+             "a run in progress counts as not run until it is recorded):",
+             table(["arm", *(f"seed {s}" for s in seeds)],
+                   [[f"`{a}`", *(state(a, s) for s in seeds)] for a in arms])]
+    per = {r["key"]: r for r in res.get("per_run", [])}
+    rows = [per[k] for k in (f"{a}_s{s}" for a, s in order if (a, s) in done) if k in per]
+    if rows:
+        parts += ["Each finished run's later-turn panel grounding and held-out figures (as "
+                  "`study3_report.analyze` recorded them):",
+                  table(["run", "grounding 0 -> 90, 100", "change [95% over prompts]",
+                         "held-out success 0 -> 100", "held-out format errors @100",
+                         "template collapse"], [_headline(r, report._f) for r in rows])]
+    if missing:
+        parts.append(f"The registered verdicts wait for the registered runs: {len(done)} of "
+                     f"{len(order)} finished.")
+    else:
+        parts += ["The verdicts, generated from the registered rules "
+                  "(`study3_analysis.verdict_text`):",
+                  "\n".join(f"- {line}" for line in res["verdicts"])]
+    return "\n\n".join(parts)
