@@ -4,8 +4,9 @@ Three designs (``--design``):
 
 * ``v3`` (README "Study 3", pre-registered 2026-12-04; results in ``results_v3/``): a dose series
   of the entropy bonus (0, c_low, c_high from the pilot's ``results_v3/doses.json``), each without
-  a filter and with RAGEN-2's top-p, seeds 0-3, 100 steps, resumable from checkpoints; ``--pilot``
-  runs the registered dose pilot, ``--dry-run`` prints every command in order. Its code:
+  a filter and with RAGEN-2's top-p, 4 seeds, 100 steps, resumable from checkpoints; ``--pilot``
+  runs the registered dose pilot, ``--screen`` the warm-start screen that picks the 4 counted
+  seeds (``results_v3/screen.json``), ``--dry-run`` prints every command in order. Its code:
   ``study3.py`` (arms, order, pilot, runner), ``study3_analysis.py`` (the registered rules),
   ``study3_report.py`` (results.json, tables.md, curves, examples).
 
@@ -39,6 +40,7 @@ Usage::
     python benchmarks/collapse_study/run.py --analyze-only  # redo the analysis of existing runs
     python benchmarks/collapse_study/run.py --design v1     # the superseded 2026-11-30 study
     python benchmarks/collapse_study/run.py --design v3 --pilot     # Study 3's dose pilot
+    python benchmarks/collapse_study/run.py --design v3 --screen    # Study 3's warm-start screen
     python benchmarks/collapse_study/run.py --design v3 --dry-run   # Study 3's commands, in order
     python benchmarks/collapse_study/run.py --design v3             # Study 3's counted runs
 """
@@ -577,13 +579,16 @@ def main() -> int:
                     help="measure the *_ent arms' entropy coefficient (README 'Study 2')")
     ap.add_argument("--pilot", action="store_true",
                     help="v3: the dose pilot (seed 100), then results_v3/doses.json")
+    ap.add_argument("--screen", action="store_true",
+                    help="v3: screen the warm starts (seeds 0, 1, ... until 4 are eligible), "
+                         "then results_v3/screen.json")
     ap.add_argument("--dry-run", action="store_true",
                     help="v3: print every run's command in order, run nothing")
     args = ap.parse_args()
     if args.design == "v3":
         return main_v3(ap, args)
-    if args.pilot or args.dry_run:
-        ap.error("--pilot and --dry-run belong to --design v3")
+    if args.pilot or args.dry_run or args.screen:
+        ap.error("--pilot, --screen and --dry-run belong to --design v3")
     design = DESIGNS[args.design]
     arms = args.arms or (QUICK["arms"] if args.quick else design["default_arms"])
     unknown = [a for a in arms if a not in design["arms"]]
@@ -646,13 +651,22 @@ def main_v3(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     out = args.out or study3.RESULTS
     if args.pilot:
         return study3.run_pilot(out, args.cache_root, dry_run=args.dry_run)
+    if args.screen:
+        return study3.run_screen(out, args.cache_root, dry_run=args.dry_run)
     if args.analyze_only:
         previous = study3._results(out)
         if not previous:
             ap.error(f"--analyze-only: no {out / 'results.json'} to reanalyse")
         study3_report.analyze(out, previous["runs"], previous["settings"])
         return 0
-    seeds = args.seeds or study3.FULL["seeds"]
+    try:  # the screen's counted seeds (README "Study 3", Deviations 2026-12-06) unless named
+        seeds = args.seeds or study3.seeds_to_run(out)
+    except SystemExit:
+        if not args.dry_run:
+            raise
+        seeds = study3.FULL["seeds"]
+        print(f"# {out / 'screen.json'} is missing or unfinished: the seeds below are "
+              "placeholders (screen first: --screen)")
     try:
         study3.run_order(seeds, args.arms)
     except ValueError as e:

@@ -7,7 +7,9 @@ pilot and the runner that makes its runs resumable.
   ``results_v3/doses.json``, written by the pilot and committed before the first counted run.
 * **Runs**: the default job, 100 RL steps, held-out evaluation (128 episodes), the MI monitor and
   both probe panels (with the one-coordinate contrast sets, ``monitor.panel_contrast=8``) every
-  10 steps; seeds k = 0..3 with warm-start seed k and RL seed k; seed-major, and within a seed
+  10 steps; 4 seeds k with warm-start seed k and RL seed k (the warm-start screen's counted seeds,
+  :func:`run_screen` and :func:`counted_seeds`: README "Study 3", Deviations 2026-12-06; seeds
+  0-3 as registered before it); seed-major, and within a seed
   ``d0``, ``dhigh``, then the others (:func:`run_order`). Each run lives in
   ``results_v3/runs/<arm>_s<seed>/`` and checkpoints every 10 steps (``checkpoints/`` stays out of
   git: ``.gitignore``).
@@ -21,7 +23,7 @@ pilot and the runner that makes its runs resumable.
   (:func:`early_stop`); the doses follow (:func:`choose_doses`) and go to ``doses.json``.
 
 The analysis is :mod:`study3_analysis` (the rules) and :mod:`study3_report` (the files). Entry point: ``run.py --design v3`` (``--pilot``,
-``--dry-run``, ``--analyze-only``).
+``--screen``, ``--dry-run``, ``--analyze-only``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ BLOW_UP = 0.29
 QUIET_CORES = 0.1
 
 EVAL_FORMAT = "eval/format_error_rate"
+GROUNDING_KEY = "collapse/panel/turns/grounding/frac"  # study3_analysis.GROUNDING
 BATCH_FORMAT = "rollout/format_error_rate"
 
 
@@ -418,6 +421,136 @@ def run_pilot(out: Path, cache_root: Path, dry_run: bool = False, s: dict[str, A
     (out / "doses.json").write_text(json.dumps(doses, indent=1, default=str))
     print(f"doses: {doses['doses']}" + (" (fallback: no candidate survived -- record it as a "
                                         "dated deviation)" if chosen["fallback"] else ""))
+    return 0
+
+
+# ---------------------------------------------------------------- the warm-start screen
+
+#: the screen (README "Study 3", Deviations, 2026-12-06): warm-start seeds 0, 1, ... 19 in order
+#: until COUNTED of them are eligible (study3_analysis.eligibility)
+SCREEN_SEEDS, COUNTED = range(20), 4
+
+
+def screen_overrides(seed: int, s: dict[str, Any] = FULL) -> list[str]:
+    """A screening run: ``d0``'s overrides for ``seed`` but 1 step and no periodic checkpoint."""
+    return overrides("d0", seed, {"d0": 0.0}, {**s, "steps": 1, "save_every": 0})
+
+
+def load_screen(out: Path = RESULTS) -> dict[str, Any] | None:
+    path = out / "screen.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def counted_seeds(screen: dict[str, Any]) -> dict[str, Any]:
+    """The registered choice on ``screen.json``'s entries: the first :data:`COUNTED` eligible
+    seeds of :data:`SCREEN_SEEDS` in order. ``{"seeds", "finished", "deviation"}``: finished once
+    COUNTED are eligible or every seed is screened (then fewer than COUNTED is a deviation);
+    unfinished at the first seed not screened yet."""
+    by = {int(e["seed"]): e for e in screen.get("seeds", [])}
+    seeds: list[int] = []
+    for k in SCREEN_SEEDS:
+        if len(seeds) == COUNTED:
+            break
+        if k not in by:
+            return {"seeds": seeds, "finished": False, "deviation": False}
+        if by[k]["eligible"]:
+            seeds.append(k)
+    return {"seeds": seeds, "finished": True, "deviation": len(seeds) < COUNTED}
+
+
+def registered_seeds(out: Path = RESULTS) -> list[int]:
+    """The counted seeds from ``screen.json`` when it exists, else :data:`FULL`'s (the analysis
+    and the docs, which must work before the screen)."""
+    screen = load_screen(out)
+    return FULL["seeds"] if screen is None else counted_seeds(screen)["seeds"]
+
+
+def seeds_to_run(out: Path = RESULTS) -> list[int]:
+    """The counted runs' seeds: the screen's choice, or a clear ``SystemExit`` while it is
+    missing or unfinished."""
+    screen = load_screen(out)
+    if screen is None:
+        raise SystemExit(f"{out / 'screen.json'} is missing: screen the warm starts first "
+                         "(run.py --design v3 --screen; README 'Study 3', Deviations 2026-12-06) "
+                         "or name --seeds.")
+    c = counted_seeds(screen)
+    if not c["finished"]:
+        raise SystemExit(f"the screen is not finished: {len(c['seeds'])} of {COUNTED} eligible "
+                         f"seeds so far ({c['seeds']}); run.py --design v3 --screen continues it.")
+    if c["deviation"]:
+        print(f"# all {len(SCREEN_SEEDS)} seeds screened and only {len(c['seeds'])} eligible "
+              f"({c['seeds']}): running those, a deviation to record", flush=True)
+    return c["seeds"]
+
+
+def _finished_d0(out: Path, seed: int) -> Path | None:
+    """A finished counted d0 run of ``seed`` (its step-0 row is the screen's), or None."""
+    run_dir = out / "runs" / f"d0_s{seed}"
+    done = [r for r in _results(out).get("runs", []) if (r["arm"], r["seed"]) == ("d0", seed)
+            and r.get("returncode") == 0 and r.get("overrides") == overrides("d0", seed, {"d0": 0.0})]
+    return run_dir if done and (run_dir / "summary.json").is_file() and 0 in _rows(run_dir) else None
+
+
+def run_screen(out: Path, cache_root: Path, dry_run: bool = False, s: dict[str, Any] = FULL
+               ) -> int:
+    """Screen the warm starts in order until :data:`COUNTED` are eligible, writing
+    ``screen.json`` after each (resumable: a screened seed is not screened again); a finished
+    counted d0 run of the seed is read instead of running."""
+    from study3_analysis import ELIGIBLE_GROUNDING, eligibility
+
+    screen = load_screen(out) or {"seeds": []}
+    have = {int(e["seed"]) for e in screen["seeds"]}
+    if dry_run:
+        lines = [f"# Study 3 warm-start screen: seeds {SCREEN_SEEDS[0]}-{SCREEN_SEEDS[-1]} in "
+                 f"order until {COUNTED} are eligible (step-0 later-turn panel grounding >= "
+                 f"{ELIGIBLE_GROUNDING}); screened already: {sorted(have) or 'none'}; counted so "
+                 f"far: {counted_seeds(screen)['seeds']}"]
+        for k in (k for k in SCREEN_SEEDS if k not in have):
+            run_dir = out / "screen" / f"s{k}"
+            lines.append(f"seed {k}: " + (f"reads the step-0 row of {_finished_d0(out, k)}"
+                         if _finished_d0(out, k) else
+                         f"caches cold under {cache_root / f's{k}'}: "
+                         f"{shlex.join(command(screen_overrides(k, s), run_dir, False))}"))
+        _print(lines)
+        return 0
+    for k in SCREEN_SEEDS:
+        if counted_seeds(screen)["finished"]:
+            break
+        if k in have:
+            continue
+        source = _finished_d0(out, k)
+        rc, wall = 0, None
+        if source is None:
+            source, cache = out / "screen" / f"s{k}", cache_root / f"s{k}"
+            shutil.rmtree(cache, ignore_errors=True)
+            shutil.rmtree(source, ignore_errors=True)
+            source.parent.mkdir(parents=True, exist_ok=True)
+            print(f"  screen: seed {k}", flush=True)
+            w = run_watched(command(screen_overrides(k, s), source, False),
+                            source.parent / f"s{k}.log", env=study_env(cache), cwd=ROOT)
+            rc, wall = w["returncode"], w["wall_s"]
+        row = _rows(source).get(0)
+        if row is None:
+            raise SystemExit(f"screening run {source} (exit {rc}) logged no step 0; see "
+                             f"{source.parent / (source.name + '.log')}. Rerun --screen to retry.")
+        entry = {"seed": k, **eligibility(row), "source": str(source.relative_to(out)),
+                 "reused_counted_run": source.parent.name == "runs", "returncode": rc,
+                 "wall_s": wall, "commit": git_commit(),
+                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        screen["seeds"] = sorted([*screen["seeds"], entry], key=lambda e: int(e["seed"]))
+        have.add(k)
+        c = counted_seeds(screen)
+        screen.update(counted=c["seeds"], finished=c["finished"], eligible_grounding=ELIGIBLE_GROUNDING,
+                      rule=(f"eligible: step-0 later-turn panel grounding ({GROUNDING_KEY}) has a "
+                            f"value and is >= {ELIGIBLE_GROUNDING}; counted: the first {COUNTED} "
+                            f"eligible of seeds {SCREEN_SEEDS[0]}-{SCREEN_SEEDS[-1]} in order "
+                            "(README 'Study 3', Deviations 2026-12-06)"))
+        (out / "screen.json").write_text(json.dumps(screen, indent=1, default=str))
+        print(f"  screen: seed {k}: {'eligible' if entry['eligible'] else 'not eligible'} "
+              f"({entry['why']}; from {entry['source']})", flush=True)
+    c = counted_seeds(screen)
+    print(f"eligible (counted) seeds: {c['seeds']}"
+          + (" -- fewer than 4 after every seed: a deviation to record" if c["deviation"] else ""))
     return 0
 
 

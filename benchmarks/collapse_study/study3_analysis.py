@@ -58,6 +58,30 @@ SECONDARY = {
     "success": (SUCCESS, 0),
     "format_errors_heldout": (EVAL_FORMAT, 0),
 }
+#: the warm-start screen (README "Study 3", Deviations, 2026-12-06): a seed is eligible when its
+#: later-turn panel grounding at step 0 (before RL) is at least this
+ELIGIBLE_GROUNDING = 0.6
+WARM_TOKEN_ACC = "warm_start/token_acc"
+
+
+def eligibility(row: dict[str, Any] | None) -> dict[str, Any]:
+    """The screening rule on one run's step-0 row: eligible when ``GROUNDING`` has a value (read
+    as :func:`value` reads it: logged, not withheld for too few samples) and is at least
+    :data:`ELIGIBLE_GROUNDING`. ``{"grounding", "grounding_lo", "grounding_hi", "n_samples",
+    "token_acc", "eligible", "why"}``."""
+    row = row or {}
+    g, missing = value({BEFORE: row} if row else {}, GROUNDING, BEFORE)
+    out = {"grounding": g, "grounding_lo": row.get(GROUNDING + "_lo"),
+           "grounding_hi": row.get(GROUNDING + "_hi"),
+           "n_samples": row.get(PANEL + "grounding/n_samples"),
+           "token_acc": row.get(WARM_TOKEN_ACC) if _num(row.get(WARM_TOKEN_ACC)) else None}
+    if g is None:
+        return {**out, "eligible": False, "why": f"no step-0 later-turn panel grounding: {missing}"}
+    ok = g >= ELIGIBLE_GROUNDING
+    return {**out, "eligible": ok, "why": f"step-0 later-turn panel grounding {g:.3f} "
+            + (">=" if ok else "<") + f" {ELIGIBLE_GROUNDING}"}
+
+
 #: the registered comparisons: id -> (arm, baseline or None, predicted direction, claim)
 COMPARISONS = {
     "G1": ("d0", None, "negative", "drift without a bonus: in d0 the later-turn panel grounding "

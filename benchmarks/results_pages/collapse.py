@@ -259,8 +259,9 @@ def study3_status(out: str = f"{STUDY}/{V3}") -> str:
     """Where Study 3 stands, from ``out`` (``results_v3/``, a path from the repository root) as
     committed: the dose pilot's outcome per candidate (``pilot/pilot.json``; a candidate without
     an entry is running or not run), the doses (``doses.json``, else why they are not chosen
-    yet: ``study3.choose_doses``), the state of every registered run (``study3.run_order`` over
-    the registered seeds, ``study3_report.missing_runs`` on ``results.json``'s records; a run
+    yet: ``study3.choose_doses``), the warm-start screen (``screen.json``, when there is one),
+    the state of every registered run (``study3.run_order`` over the counted seeds,
+    ``study3.registered_seeds``; ``study3_report.missing_runs`` on ``results.json``'s records; a run
     without a record counts as not run), each finished run's headline figures as
     ``study3_report.analyze`` recorded them (``per_run``), and the verdicts
     (``study3_analysis.verdict_text``, recorded as ``verdicts``) once every registered run is
@@ -268,8 +269,27 @@ def study3_status(out: str = f"{STUDY}/{V3}") -> str:
     s3, report = _study3()
     path = ROOT / out
     pilot = (_json(path / "pilot" / "pilot.json") or {"candidates": []})["candidates"]
-    return "\n\n".join([_pilot(s3, path, pilot), _doses(s3, path, pilot),
-                         _study3_runs(s3, report, path)])
+    return "\n\n".join(x for x in [_pilot(s3, path, pilot), _doses(s3, path, pilot),
+                                    _screen(s3, report, path), _study3_runs(s3, report, path)] if x)
+
+
+def _screen(s3, report, path: Path) -> str:
+    """The warm-start screen (``screen.json``; README "Study 3", Deviations 2026-12-06): one row
+    per screened seed, and the counted seeds; empty before the screen."""
+    screen = s3.load_screen(path)
+    if screen is None:
+        return ""
+    c = s3.counted_seeds(screen)
+    rows = [[str(e["seed"]), "—" if e["grounding"] is None else f"{e['grounding']:.3f}",
+             "**yes**" if e["eligible"] else "no"] for e in screen["seeds"]]
+    return ("The warm-start screen: a seed counts when its later-turn panel grounding at step 0 "
+            f"is at least {report.ELIGIBLE_GROUNDING:g}; the first {s3.COUNTED} such seeds in "
+            "order are the counted seeds.\n\n"
+            + table(["seed", "grounding at step 0", "eligible"], rows) + "\n\nCounted seeds: "
+            + (", ".join(map(str, c["seeds"])) or "none yet")
+            + ("" if c["finished"] else " (screening goes on)")
+            + (f" (fewer than {s3.COUNTED} after every seed: a deviation)" if c["deviation"]
+               else "") + ".")
 
 
 def _pilot(s3, path: Path, pilot: list[dict]) -> str:
@@ -326,7 +346,8 @@ def _headline(r: dict, _f) -> list[str]:
 def _study3_runs(s3, report, path: Path) -> str:
     """The registered runs' states, the finished runs' figures, the verdicts or how many wait."""
     res = _json(path / "results.json") or {}
-    seeds, order = s3.FULL["seeds"], s3.run_order(s3.FULL["seeds"])
+    seeds = s3.registered_seeds(path)
+    order = s3.run_order(seeds)
     done, missing = report.missing_runs(path, res.get("runs", []), seeds)
     recorded = {(r["arm"], r["seed"]) for r in res.get("runs", [])}
 
@@ -349,6 +370,13 @@ def _study3_runs(s3, report, path: Path) -> str:
                   table(["run", "grounding 0 -> 90, 100", "change [95% over prompts]",
                          "held-out success 0 -> 100", "held-out format errors @100",
                          "template collapse"], [_headline(r, report._f) for r in rows])]
+    apart = res.get("per_run_not_counted", [])
+    if apart:
+        parts += ["Finished runs of seeds not counted (reported, left out of G1-G5):",
+                  table(["run", "grounding 0 -> 90, 100", "change [95% over prompts]",
+                         "held-out success 0 -> 100", "held-out format errors @100",
+                         "template collapse", "why not counted"],
+                        [[*_headline(r, report._f), r["why"]] for r in apart])]
     if missing:
         parts.append(f"The registered verdicts wait for the registered runs: {len(done)} of "
                      f"{len(order)} finished.")
