@@ -79,7 +79,7 @@ import common  # noqa: E402  (benchmarks/common.py)
 DEFAULT_RUN_ROOT = common.ROOT / "outputs" / "step_account"
 FROM_STEP = 2  # steps 0 and 1 are not typical: warm start, first compilation, first syncs
 
-#: every timing key the training loop logs today (ragen2/controller.py, ragen2/evaluate.py):
+#: every timing key the training loop logs today (ragen2/controller/, ragen2/evaluate.py):
 #: key -> (phase name, where it runs). "step": inside ``timing/step_s``; "loop": in the RL loop
 #: outside ``timing/step_s``; "before_rl": step 0 only.
 TIMING_KEYS: dict[str, tuple[str, str]] = {

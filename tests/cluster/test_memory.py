@@ -212,7 +212,7 @@ def test_learner_hands_its_cache_back_before_vllm_wakes(monkeypatch):
     """The sleep-mode budget assumes the update's cached blocks are freed before wake-up."""
     import inspect
 
-    from ragen2.controller import Controller
+    from ragen2.controller.weights import Weights
     from ragen2.learner.rank import LearnerRank
 
     calls = []
@@ -224,7 +224,7 @@ def test_learner_hands_its_cache_back_before_vllm_wakes(monkeypatch):
     rank.device = torch.device("cuda", 0)
     rank.release_cuda_cache()
     assert calls == ["empty"]
-    src = inspect.getsource(Controller.push_weights)
+    src = inspect.getsource(Weights.push)
     assert src.index('release_cuda_cache()') < src.index('"wake_up"')
 
 
