@@ -271,13 +271,13 @@ def mutual_information_subsampled(
     check_matched_finite(scores, own, "logp_sub", "column 0 (the sample's own prompt)")
     classes = None
     if prompt_keys is not None:
-        key_ids = key_ids(prompt_keys, None)
-        if int(cols_t.max()) >= key_ids.shape[0]:
+        ids = key_ids(prompt_keys, None)
+        if int(cols_t.max()) >= ids.shape[0]:
             raise ValueError(
                 f"cols refers to prompt {int(cols_t.max())} but prompt_keys has only "
-                f"{key_ids.shape[0]} entries; allowed: 0 <= cols < len(prompt_keys)"
+                f"{ids.shape[0]} entries; allowed: 0 <= cols < len(prompt_keys)"
             )
-        classes = key_ids[cols_sorted]
+        classes = ids[cols_sorted]
     return _metrics(scores, own, classes, ks, eps)
 
 
