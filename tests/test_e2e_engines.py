@@ -46,9 +46,10 @@ def test_nccl_sync_on_gloo_runs_two_steps(ray_session, tiny_model_path, tmp_path
 
 
 def _top_logprobs(worker):
-    from ragen2.sync.probe import engine_continuation, probe_ids
+    from ragen2.rollout.worker import greedy_continuation
+    from ragen2.sync.probe import probe_ids
 
-    return engine_continuation(worker, probe_ids(len(worker.engine.tokenizer), 300), 4, 5)
+    return greedy_continuation(worker.engine, probe_ids(len(worker.engine.tokenizer), 300), 4, 5)
 
 
 class _NoopSync:

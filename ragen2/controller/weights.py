@@ -31,9 +31,9 @@ class Weights:
 
     def _checksum_names(self) -> list[str]:
         """The exported tensors whose checksums every sync compares (ragen2.sync.checksum)."""
-        from ragen2.sync.checksum import checksum_names, export_names
+        from ragen2.sync.checksum import checksum_names
 
-        return checksum_names(self.actors.learners.run(export_names)[0])
+        return checksum_names(self.actors.learners.export_names())
 
     @contextmanager
     def updating(self) -> Iterator[None]:

@@ -115,6 +115,10 @@ class LearnerGroup:
         """
         return ray.get([a.run.remote(fn, *args, **kwargs) for a in self.ranks])
 
+    def export_names(self) -> list[str]:
+        """The HF names of every weight the learner exports to the engines, in export order."""
+        return self._all("export_names")[0]
+
     def logprobs(self, ids: list[int]) -> list[float]:
         """Raw per-token logprobs of ``ids[1:]`` under the current policy (rank 0's result)."""
         return self._all("logprobs", list(ids))[0]

@@ -11,6 +11,8 @@ from ragen2.engines.base import SamplingParams
 from ragen2.rollout.runner import (DemonstrationPolicy, EngineTurnPolicy, EpisodeSpec,
                                    run_episodes)
 from ragen2.rollout.trajectory import Trajectory
+from ragen2.sync.base import WeightSyncError
+from ragen2.sync.probe import Continuation
 
 #: what a rollout call returns: the trajectories (in spec order) and wall-time stats
 RolloutResult = tuple[list[Trajectory], dict[str, float]]
@@ -26,6 +28,17 @@ def sampling_params(cfg: Config, seed: int, evaluation: bool = False) -> Samplin
     temperature = e.eval_temperature if evaluation and e.eval_temperature is not None else e.temperature
     return SamplingParams(temperature=temperature, top_p=e.top_p,
                           max_new_tokens=e.max_new_tokens, stop=tuple(e.stop), seed=seed)
+
+
+def greedy_continuation(engine: Any, ids: Sequence[int], new_tokens: int,
+                        top_k: int) -> Continuation:
+    """The engine's greedy continuation of ``ids`` with its top-k logprobs at every position: the
+    engine's half of the post-sync probe (:mod:`ragen2.sync.probe`)."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens, stop=(), top_logprobs=top_k)
+    g = engine.generate([list(ids)], params)[0]
+    if g.top_logprobs is None:
+        raise WeightSyncError(f"{type(engine).__name__} returned no top logprobs")
+    return g.token_ids, g.top_logprobs
 
 
 class RolloutWorker:
@@ -72,6 +85,10 @@ class RolloutWorker:
 
     def policy_version(self) -> int:
         return self.engine.policy_version
+
+    def probe_continuation(self, ids: Sequence[int], new_tokens: int, top_k: int) -> Continuation:
+        """The post-sync probe's worker side (:func:`greedy_continuation` of this engine)."""
+        return greedy_continuation(self.engine, ids, new_tokens, top_k)
 
     def _run(self, specs: Sequence[EpisodeSpec], policy, max_turns: int | None = None) -> RolloutResult:
         r, stats = self.cfg.rollout, {}
