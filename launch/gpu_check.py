@@ -542,6 +542,7 @@ def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
     """The ``nccl`` strategy's group constructor and a broadcast with a timed wait, one rank."""
     import torch
 
+    from ragen2.sync.base import sync_state
     from ragen2.sync.nccl import _broadcast, join_group
 
     holder = SimpleNamespace()
@@ -556,7 +557,7 @@ def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
     ok = bool((flat.cpu() == torch.arange(1024, dtype=torch.float32)).all())
     if not ok:
         raise RuntimeError("a one-rank broadcast changed the tensor")
-    return {"backend": backend, "group": type(holder._weight_group).__name__,
+    return {"backend": backend, "group": type(sync_state(holder)["nccl"].group).__name__,
             "seconds": round(time.perf_counter() - t0, 3),
             "nccl_version": str(torch.cuda.nccl.version()) if args.device == "cuda" else None}
 

@@ -62,7 +62,8 @@ class LearnerRank:
         self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
         self.settings = settings
         #: what a weight-sync strategy running here keeps between its calls, by strategy
-        #: (``cuda_ipc``: :class:`~ragen2.sync.cuda_ipc.SharePush`)
+        #: (``cuda_ipc``: :class:`~ragen2.sync.cuda_ipc.SharePush`; ``nccl`` on rank 0:
+        #: :class:`~ragen2.sync.nccl.WeightGroup`)
         self.sync_state: dict[str, Any] = {}
 
     def address(self, host: str | None = None) -> tuple[str, int]:

@@ -56,6 +56,9 @@ class RolloutWorker:
         from ragen2.rollout.envs import all_entries, format_penalties, make_env
 
         self.cfg, self.worker_id = cfg, worker_id
+        #: what a weight-sync strategy running here keeps between its calls, by strategy
+        #: (``nccl``: :class:`~ragen2.sync.nccl.WeightGroup`)
+        self.sync_state: dict[str, Any] = {}
         self.engine = ENGINES.get(cfg.engine.name)(
             model_path, dtype=cfg.model.dtype, device=cfg.cluster.device,
             trust_remote_code=cfg.model.trust_remote_code, options=cfg.engine,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets, sync_state
 
 #: ``torch.multiprocessing.reductions.rebuild_cuda_tensor``'s parameters, in its order (what
 #: ``reduce_tensor`` returns with it for a CUDA tensor; checked against torch in the tests)
@@ -109,15 +109,15 @@ def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> 
     Buffers allocated in expandable segments cannot be exported through CUDA IPC, so with
     ``expandable_segments:True`` the allocator is switched to plain segments for the push (the
     first call) and back after the last bucket (as verl does around its sync). What the push
-    keeps between calls is a :class:`SharePush` in ``rank.sync_state``.
+    keeps between calls is a :class:`SharePush` in the rank's ``sync_state``.
     """
     import torch
     from torch.multiprocessing import reductions
 
-    push = rank.sync_state.get("cuda_ipc")
+    push = sync_state(rank).get("cuda_ipc")
     if start:
         stream = iter_buckets(rank.named_weights("cuda", dtype), bucket_bytes)
-        push = rank.sync_state["cuda_ipc"] = SharePush(
+        push = sync_state(rank)["cuda_ipc"] = SharePush(
             stream, expandable_segments_on(), push.buffer if push is not None else None)
         if push.expandable:
             _set_expandable_segments(False)

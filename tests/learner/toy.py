@@ -28,7 +28,7 @@ class BiasLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 use_cache: bool = False, **_: object) -> SimpleNamespace:
-        return SimpleNamespace(logits=self.bias.expand(*input_ids.shape, len(self.bias)))
+        return SimpleNamespace(logits=self.bias * torch.ones(*input_ids.shape, 1))
 
 
 def toy_state(vocab: int = 4, cfg: Config | None = None, **changes: object) -> RankState:
