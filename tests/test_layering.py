@@ -220,6 +220,17 @@ def test_the_development_page_lists_the_contracts_layers():
     assert {m for layer in documented for m in layer} == top  # every top-level module, once
 
 
+def test_the_layout_lists_the_modules_in_layer_order():
+    """The page's Layout block names ragen2's modules top to bottom, as the layers order them."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    layout = text[text.index("## Layout"):text.index("### The import layering")]
+    floor = {m: i for i, layer in enumerate(contract_layers()) for m in layer}
+    named = [m for m in re.findall(r"ragen2/([a-z_]+)(?:\.py|/)", layout) if m in floor]
+    assert set(named) == set(floor), set(floor) ^ set(named)  # every one, each once
+    assert len(named) == len(floor), named
+    assert [floor[m] for m in named] == sorted(floor[m] for m in named), named
+
+
 def test_a_changed_layer_list_is_caught():
     text = "x\n<!-- layers: pyproject.toml -->\n```text\ncli\ntrain | analysis\nconfig\n```\n"
     assert documented_layers(text) == [["cli"], ["train", "analysis"], ["config"]]
