@@ -250,6 +250,19 @@ def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: 
     return out
 
 
+def git_commit(root: Path = ROOT) -> str | None:
+    """The checkout runs are made on (``root``, by default this one): ``git describe --always
+    --dirty`` (a ``-dirty`` suffix when the tree differs from that commit) and the files that
+    differ."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("describe", "--always", "--dirty", "--abbrev=7")
+    changed = git("diff", "--name-only", "HEAD")
+    return f"{head} ({', '.join(changed.splitlines())})" if changed else (head or None)
+
+
 def run_watched(cmd: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
                 cwd: Path | None = None, every_s: float = 10.0) -> dict[str, Any]:
     """Run ``cmd`` (stdout and stderr to ``log_path``) and measure what *other* processes did to

@@ -36,11 +36,13 @@ from results_pages import BLOCKS  # noqa: E402  (benchmarks/results_pages/)
 
 #: the pages holding generated blocks
 PAGES = ("README.md", "docs/results/benchmarks.md", "docs/results/robustness.md",
-         "docs/results/collapse-study.md", "docs/results/real-models.md", "docs/how-to/async.md")
+         "docs/results/collapse-study.md", "docs/results/real-models.md", "docs/how-to/async.md",
+         "docs/development.md", "docs/results/step-account.md")
 #: the pages where no result may be typed outside a generated block (the changelog is history:
 #: it tells how the defaults came about, in the figures of its day)
 NO_LOOSE_NUMBERS = ("docs/results/benchmarks.md", "docs/results/robustness.md",
-                    "docs/results/collapse-study.md", "docs/results/real-models.md")
+                    "docs/results/collapse-study.md", "docs/results/real-models.md",
+                    "docs/results/step-account.md")
 BLOCK = re.compile(r"<!-- generated: (?P<name>[\w-]+)(?P<args>(?: [^\s>]+)*) -->\n"
                    r"(?P<body>.*?)<!-- /generated -->", re.S)
 

@@ -135,26 +135,38 @@ def test_real_models_withholds_the_small_sample_values():
 
 
 @pytest.mark.parametrize("trained_on", [0, 5])
-def test_the_overlap_block_says_not_held_out_whenever_a_problem_was_trained_on(
+def test_the_split_block_says_not_held_out_whenever_a_problem_was_trained_on(
         monkeypatch, trained_on):
-    doc = copy.deepcopy(data.load(smollm2.OVERLAP))
+    path = smollm2.OVERLAP[smollm2.DOC]
+    doc = copy.deepcopy(data.load(path))
     for r in doc["runs"]:
         r["distinct_trained_on"] = trained_on
-    monkeypatch.setattr(smollm2, "load", lambda path: doc if path == smollm2.OVERLAP
-                        else data.load(path))
+    monkeypatch.setattr(smollm2, "load", lambda p: doc if p == path else data.load(p))
     monkeypatch.setattr(smollm2, "preset_split", lambda: (55, 162, 0.35, 55))
-    text = " ".join(BLOCKS["smollm2-heldout-overlap"]().split())
-    assert ("These are not held-out figures" in text) == (trained_on > 0)
-    assert ("These are held-out figures" in text) == (trained_on == 0)
-    assert ("pending" in text) == (trained_on > 0)
+    text = " ".join(BLOCKS["smollm2-split"]().split())
+    assert ("Not held out after all" in text) == (trained_on > 0)
+    assert ("Held out, and checked" in text) == (trained_on == 0)
     assert "holds out 55 of the 162 one-digit problems" in text
     assert "evaluates each once (`trainer.eval_episodes=55`)" in text
     row = smollm2.readme_smollm2_row()[2]
     assert ("not held out" in row) == (trained_on > 0)
 
 
-def test_the_overlap_block_reports_every_part_and_kind():
-    text = BLOCKS["smollm2-heldout-overlap"]()
+def test_the_split_block_reports_every_kind_per_seed():
+    text = BLOCKS["smollm2-split"]()
+    seeds = [r["seed"] for r in smollm2.runs()]
+    assert all(f"seed {s}: n, success" in text for s in seeds)
+    for name in ("all", "`a + b`", "`a − b ≥ 0`", "`a − b < 0`"):
+        assert f"| {name} |" in text, name
+    # every kind's n adds up to the run's held-out problems (55 in the committed runs)
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    for col in range(1, len(seeds) + 1):
+        assert sum(int(row.split(" | ")[col].split("n = ")[1].split(":")[0]) for row in rows) == 55
+
+
+def test_the_earlier_block_reports_every_part_and_kind():
+    text = BLOCKS["smollm2-earlier"]()
+    assert "**They were not held out.**" in " ".join(text.split())
     for name in ("problem never trained on", "problem trained on", "`a + b`, never trained on",
                  "`a − b ≥ 0`, all", "`a − b < 0`, never trained on"):
         assert f"| {name} |" in text, name

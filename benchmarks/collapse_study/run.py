@@ -51,7 +51,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,7 +59,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
-from common import run_watched  # noqa: E402  (benchmarks/common.py)
+from common import git_commit, run_watched  # noqa: E402  (benchmarks/common.py)
 from robustness import cold_env  # noqa: E402  (benchmarks/robustness.py: every cache under one folder)
 
 #: a run whose wall time others shared by more than this many cores on average is not counted
@@ -194,18 +193,6 @@ def study_env(cache: Path | None) -> dict[str, str]:
     env = (cold_env(cache) if cache is not None
            else {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"})
     return {**env, "RAY_worker_niceness": "0"}
-
-
-def git_commit() -> str | None:
-    """The checkout the runs were made on: ``git describe --always --dirty`` (a ``-dirty``
-    suffix when the tree differs from that commit) and the files that differ."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    head = git("describe", "--always", "--dirty", "--abbrev=7")
-    changed = git("diff", "--name-only", "HEAD")
-    return f"{head} ({', '.join(changed.splitlines())})" if changed else (head or None)
 
 
 def run_one(arm: str, seed: int, s: dict, run_dir: Path, cache: Path | None) -> dict:

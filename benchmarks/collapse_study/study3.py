@@ -43,7 +43,7 @@ ROOT = HERE.parents[1]
 for _p in (str(HERE.parent), str(HERE)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
-from common import run_watched  # noqa: E402  (benchmarks/common.py)
+from common import git_commit, run_watched  # noqa: E402  (benchmarks/common.py)
 from robustness import cold_env  # noqa: E402  (benchmarks/robustness.py)
 
 RESULTS = HERE / "results_v3"
@@ -221,16 +221,6 @@ def plan(out: Path, doses: dict[str, Any], seeds: list[int], arms: list[str] | N
 def _results(out: Path) -> dict[str, Any]:
     path = out / "results.json"
     return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def git_commit() -> str | None:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    head = git("describe", "--always", "--dirty", "--abbrev=7")
-    changed = git("diff", "--name-only", "HEAD")
-    return f"{head} ({', '.join(changed.splitlines())})" if changed else (head or None)
 
 
 def study_env(cache: Path) -> dict[str, str]:

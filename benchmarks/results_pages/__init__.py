@@ -10,22 +10,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import account, collapse, real_models, robustness, smollm2, speed
+from . import account, collapse, real_models, robustness, smollm2, speed, tiers
 from .data import table
 
 
 def readme_commands() -> str:
     """The README's table of the two commands and the SmolLM2 preset."""
-    # no committed data holds the tiers' times: the row gives their budgets (.ci/run's)
-    test = ["`make test`", "within its budget: 5 min of pytest, 10 with the venv build "
-            "([measured](docs/development.md))",
-            "tier 1; `make test-e2e` runs tier 2 (budget 25 min)"]
     return table(["command", "wall time", "result"],
-                 [robustness.readme_train_row(), test, smollm2.readme_smollm2_row()])
+                 [robustness.readme_train_row(), tiers.readme_test_row(),
+                  smollm2.readme_smollm2_row()])
 
 
 BLOCKS: dict[str, Callable[..., str]] = {
     "readme-commands": readme_commands,
+    "tier1-cold": tiers.tier1_cold,
     "benchmarks-table": speed.benchmarks_table,
     "robustness-table": robustness.robustness_table,
     "robustness-other-seeds": robustness.robustness_other_seeds,
@@ -52,7 +50,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "study2-findings": collapse.study2_findings,
     "study1-setup": collapse.study1_setup,
     "study1-findings": collapse.study1_findings,
-    # docs/results/step-account.md, once benchmarks/results/step_account.json is committed
+    # docs/results/step-account.md
     "step-account-phases": account.step_account_phases,
     "step-account-job": account.step_account_job,
     "step-account-update": account.step_account_update,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .data import load, pct, table
 
 DOC = "benchmarks/results/step_account.json"
+TOP_OPS = 6  # operators listed from the profile
 
 
 def _secs(x: float | None) -> str:
@@ -110,4 +111,9 @@ def step_account_update(path: str = DOC) -> str:
     cats = table(["where the profiled update's time went", "seconds", "share"],
                  [[k, _secs(v), pct(v / pr["wall_s"]) if pr["wall_s"] else ""]
                   for k, v in pr["categories_s"].items()])
-    return intro + "\n\n" + phases + "\n\n" + cats
+    top = table(["the profiled update's largest operators (rank 0)", "calls", "self seconds",
+                 "share"],
+                [[f"`{o['name']}`", str(o["calls"]), _secs(o["self_s"]),
+                  pct(o["self_s"] / pr["wall_s"]) if pr["wall_s"] else ""]
+                 for o in pr.get("top_ops", [])[:TOP_OPS]])
+    return intro + "\n\n" + phases + "\n\n" + cats + ("\n\n" + top if pr.get("top_ops") else "")

@@ -89,16 +89,19 @@ per-episode after-minus-before differences, from every episode's outcome in
 def _verdict(passed: list[dict]) -> str:
     n = len(runs())
     below = [str(r["seed"]) for r in runs() if not r["held_out"]["passes"]]
-    said = (("is met by the one run so far" if n == 1 else f"is met by all {n} runs")
-            if not below else
+    every = {1: "is met by the one run so far", 2: "is met by both runs"}
+    said = (every.get(n, f"is met by all {n} runs") if not below else
             f"is met by {len(passed)} of the {n} runs (not by seed {joined(below)})")
     if n < RERUN_SEEDS:
-        said += f"; {RERUN_SEEDS - n} of the {RERUN_SEEDS} registered runs are still to come"
+        left = RERUN_SEEDS - n
+        said += (f"; {left} of the {RERUN_SEEDS} registered runs "
+                 f"{'is' if left == 1 else 'are'} still to come")
     return said
 
 
 def _samples(run: str, step: int) -> dict[int, dict]:
-    """The evaluation episodes a run saved at ``step`` (``samples/eval_step_*.jsonl``), by env seed."""
+    """The evaluation episodes a run saved at ``step`` (``samples/eval_step_*.jsonl``), by env
+    seed."""
     import json
     from pathlib import Path
 
@@ -177,13 +180,15 @@ def smollm2_mi() -> str:
     return """
 **The reasoning's input dependence.** Here the whole reply is what the MI monitor reads (a plain
 reply is both the reasoning and the action). Batch MI {mi0} nats at step {s0} (bound log {n} =
-{log_n:.2f}; retrieval@1 {r0}, chance {chance}) and {mi1} at step {s1} (at the bound, retrieval
+{log_n:.2f}; retrieval@1 {r0}, chance {chance}) and {mi1} at step {s1} ({bound}retrieval
 {r1}); probe-panel MI {ci0} nats at step {ps0} (bound log {pn} = {panel_log_n:.2f}) and {ci1} at
 step {ps1}.""".format(
         mi0=_each([r["collapse/mi"] for r in m0]), s0=m0[0]["step"], n=round(math.exp(log_n)),
         log_n=log_n, r0=_each([r["collapse/retrieval_acc@1"] for r in m0]),
-        chance=f"{m0[0]['collapse/retrieval_chance@1']:.3g}", mi1=_each([r["collapse/mi"] for r in m1]),
-        s1=m1[0]["step"], r1=_each([r["collapse/retrieval_acc@1"] for r in m1], 1), ci0=ci(p0),
+        chance=f"{m0[0]['collapse/retrieval_chance@1']:.3g}",
+        mi1=_each([r["collapse/mi"] for r in m1]),
+        s1=m1[0]["step"], bound=("at the bound, " if all(abs(r["collapse/mi"] - log_n) < 5e-3
+                                                      for r in m1) else ""), r1=_each([r["collapse/retrieval_acc@1"] for r in m1], 1), ci0=ci(p0),
         ps0=p0[0]["step"], pn=round(math.exp(panel_log_n)), panel_log_n=panel_log_n, ci1=ci(p1),
         ps1=p1[0]["step"])
 
@@ -216,7 +221,8 @@ def smollm2_time() -> str:
     first = monitor[0]
     step1 = [series(r["run"], "timing/step_s")[first] for r in earlier]
     return """
-**Time** (the two earlier runs below, each alone on a quiet machine). Median step {step} (generate {generate}, update {update}, sync {sync}); the MI monitor
+**Time** (the two earlier runs below, each alone on a quiet machine). Median step {step}
+(generate {generate}, update {update}, sync {sync}); the MI monitor
 ({monitor}) and the probe panel ({panel}) at steps {at}; an evaluation of {problems} episodes
 {evals}. The first steps are slower (replies of ~{tokens} tokens): step {first} with the
 monitor took ~{step1_lo}-{step1_hi} s.""".format(

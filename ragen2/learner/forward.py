@@ -103,19 +103,27 @@ class MaskFacts:
     first:   the first trained column (:func:`first_trained_position`).
     trained: the (row, column) pairs with t >= 1 where the loss mask and the attention mask are
              both set: the tokens whose entropy the forward computes.
-    padded:  whether any row is shorter than the micro-batch (else the model gets no attention
-             mask: HF models read an all-ones mask back from the device to skip it).
+    gapped:  whether a row's attention mask has a hole (a 0 before a 1). Only then does the model
+             get the attention mask. Rows padded on the right need none: under causal attention a
+             real token never attends to a later (padding) one, so its logits are the same, and
+             the padding positions' outputs reach no loss (they are masked). Without a mask, HF's
+             SDPA attention runs causal, which skips the blocks above the diagonal (about half of
+             the attention of the long multi-turn rows) and builds no (B, 1, T, T) mask; an
+             all-ones mask would also be read back from the device to be skipped.
     """
 
     first: int
     trained: int
-    padded: bool
+    gapped: bool
 
     @classmethod
     def of(cls, mask: torch.Tensor, attn: torch.Tensor) -> MaskFacts:
         """From the (B, T) host loss mask and attention mask."""
         trained = int(((mask[:, 1:] != 0) & (attn[:, 1:] != 0)).sum())
-        return cls(first_trained_position(mask), trained, not bool(attn.all()))
+        real = attn != 0
+        # a hole: a real token after a padding one (right padding: each row non-increasing)
+        gapped = bool((real[:, 1:] & ~real[:, :-1]).any())
+        return cls(first_trained_position(mask), trained, gapped)
 
 
 def scales(batch: TrainingBatch, rows: Rows) -> torch.Tensor | None:
@@ -167,7 +175,7 @@ def forward(rank: RankState, model: torch.nn.Module, ids: torch.Tensor, attn: to
         first = facts.first if facts is not None else first_trained_position(mask)
         keep = t - first + 1  # logits at positions first-1 .. T-1 (the last is unused)
         kwargs = {"logits_to_keep": keep} if rank.logits_to_keep else {}
-        if facts is None or facts.padded:  # (without padding: the same causal attention)
+        if facts is None or facts.gapped:  # (right padding: the same causal attention)
             kwargs["attention_mask"] = attn
         logits = model(input_ids=ids, use_cache=False, **kwargs).logits
         logits = logits[:, -keep:-1]

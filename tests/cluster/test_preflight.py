@@ -10,6 +10,14 @@ from ragen2.cluster.preflight import HardwareError, check_hardware, hardware_pro
 from ragen2.config import Config
 
 
+@pytest.fixture(autouse=True)
+def enough_host_memory(monkeypatch):
+    """The host-memory check reads this machine's free memory at the time of the test (a job
+    beside the suite can take it): these tests are about the hardware checks, so it passes here
+    (tests/cluster/test_host_memory.py tests it)."""
+    monkeypatch.setattr(preflight, "_host_memory_problems", lambda cfg: [])
+
+
 def cfg(**keys) -> Config:
     """A Config with dotted keys set, e.g. cfg(**{"cluster.device": "cuda"})."""
     c = Config()

@@ -25,7 +25,8 @@ import ragen2.learner.ppo as ppo_module
 from ragen2.algos.advantages import AdvantageInputs
 from ragen2.algos.objective import (LossInputs, assign_credit, combined_regulariser_weights,
                                     compute_loss, snr_gate)
-from ragen2.learner.forward import forward, holding, micro_batches, prefix_plan, scales, tensors
+from ragen2.learner.forward import (MaskFacts, forward, holding, micro_batches, prefix_plan,
+                                    scales, tensors)
 from ragen2.learner.microbatch import mini_batches
 from ragen2.learner.ppo import optimizer_step
 from tests.learner.test_rank import _batch, _rank
@@ -152,9 +153,8 @@ CONFIGS = {
 def test_host_reads_do_not_grow_with_the_micro_batches(tiny_model_path, config):
     """One read per optimiser step (its finite check and gradient norms) and one for every
     metric of the update, whether the 6 rows run as 6 micro-batches or as 1 per mini-batch.
-    Inside the model's forward, transformers reads the attention mask when rows are padded (a
-    hand-written loop's forward does too); a micro-batch of one row has no padding, and then
-    the policy's forward reads nothing."""
+    The policy's forward reads nothing either way: rows padded on the right get no attention
+    mask (which transformers would read back), see ``MaskFacts.gapped``."""
     extra = CONFIGS[config]
     lag = 1 if config == "stale_k1" else 0
     one_row, m = _reads(tiny_model_path, *extra, "algorithm.micro_batch_size=1", batch_version=lag)
@@ -162,7 +162,7 @@ def test_host_reads_do_not_grow_with_the_micro_batches(tiny_model_path, config):
     steps = m["actor/optimizer_steps"] + m["actor/nonfinite_skipped"]
     assert one_row.reads == all_rows.reads == ["Tensor.tolist"] * int(steps + 1), one_row.reads
     if config != "ppo_gae_kl":  # (the critic's forward passes its mask through)
-        assert one_row.in_model == []
+        assert one_row.in_model == all_rows.in_model == []
 
 
 def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[str, float]:
@@ -187,7 +187,8 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                 ids, attn, mask, eng = tensors(s, b, micro, "input_ids", "attention_mask",
                                                "loss_mask", "logprobs")
                 old[mi, ui] = forward(s, s.model, ids, attn, mask, scales(b, micro),
-                                      plan=prefix_plan(s, ids, attn, mask))[0]
+                                      plan=prefix_plan(s, ids, attn, mask),
+                                      facts=MaskFacts.of(mask, attn))[0]
                 gap += float(((eng - old[mi, ui]).abs() * mask).sum())
                 tokens += float(mask.sum())
     rewards, group_ids = torch.tensor(b.rewards, dtype=torch.float64), torch.tensor(b.group_ids)
@@ -205,10 +206,10 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                                                   "loss_mask", "logprobs", "token_rewards")
             rows = torch.from_numpy(micro.index)
             adv, _ = assign_credit(AdvantageInputs(rewards, group_ids, rows, tok_r, mask), a)
-            share = prefix_plan(s, ids, attn, mask)
+            share, facts = prefix_plan(s, ids, attn, mask), MaskFacts.of(mask, attn)
             with holding(s, share):
                 lp, ent = forward(s, s.model, ids, attn, mask, scales(b, micro), entropy=True,
-                                  entropy_grad=a.entropy_coef > 0, plan=share)
+                                  entropy_grad=a.entropy_coef > 0, plan=share, facts=facts)
                 if mi == 0:
                     old[mi, ui] = lp.detach()
                     gap += float(((eng - old[mi, ui]).abs() * mask).sum())
@@ -216,7 +217,8 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                 ref = None
                 if s.ref is not None:
                     with torch.no_grad():
-                        ref = forward(s, s.ref, ids, attn, mask, scales(b, micro), plan=share)[0]
+                        ref = forward(s, s.ref, ids, attn, mask, scales(b, micro), plan=share,
+                                      facts=facts)[0]
                 out = compute_loss(LossInputs(lp, old[mi, ui], adv, mask, entropy=ent,
                                               ref_logprobs=ref,
                                               regulariser_weights=None if reg is None
