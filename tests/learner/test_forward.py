@@ -57,8 +57,10 @@ def test_mask_facts():
     mask = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]])
     attn = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
     # trained: (0, 2) and (1, 1); (0, 3) is masked for the loss but padding
-    assert MaskFacts.of(mask, attn) == MaskFacts(first=1, trained=2, padded=True)
-    assert MaskFacts.of(mask, torch.ones(2, 4, dtype=torch.long)).padded is False
+    # right padding has no hole (no mask needed); a 0 before a 1 is one
+    assert MaskFacts.of(mask, attn) == MaskFacts(first=1, trained=2, gapped=False)
+    assert MaskFacts.of(mask, torch.ones(2, 4, dtype=torch.long)).gapped is False
+    assert MaskFacts.of(mask, torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]])).gapped is True
 
 
 def test_forward_logprobs_and_entropy_of_a_uniform_policy():
