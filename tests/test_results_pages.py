@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import pages  # noqa: E402  (benchmarks/pages.py)
-from results_pages import BLOCKS, data, real_models, robustness, smollm2  # noqa: E402
+from results_pages import BLOCKS, data, multiturn, real_models, robustness, smollm2  # noqa: E402
 
 
 def test_every_generated_block_matches_its_data():
@@ -172,3 +172,19 @@ def test_the_earlier_block_reports_every_part_and_kind():
         assert f"| {name} |" in text, name
     assert "+0.208 [-0.042, +0.458] over 24 episodes (seed 1)" in text
     assert "+0.459 [+0.297, +0.622] over 37 episodes (seed 2)" in text
+
+
+def test_the_multiturn_block_names_the_candidates_inside_the_window(monkeypatch):
+    text = " ".join(BLOCKS["smollm2-multiturn-tasks"]().split())
+    inside = text.split("window (held-out success, the point estimate): ")[1].split(". ")[0]
+    assert inside == ("`math1_retry` (0.508), `math1_direction` (0.500) and "
+                      "`countdown2_retry` (0.141)")
+    assert "0 of 18 of their successes came after the first turn" in text
+    doc = copy.deepcopy(data.load(multiturn.DOC))
+    doc["results"][multiturn.PROTOCOL]["math2_retry"]["success"] = 0.2  # now inside
+    doc["results"][multiturn.PROTOCOL]["countdown2_retry"]["success"] = 0.61  # now above
+    monkeypatch.setattr(multiturn, "load", lambda path: doc)
+    text = " ".join(BLOCKS["smollm2-multiturn-tasks"]().split())
+    inside = text.split("window (held-out success, the point estimate): ")[1].split(". ")[0]
+    assert "`math2_retry` (0.200)" in inside and "countdown2_retry" not in inside
+    assert "10 + 6 = 16" in BLOCKS["smollm2-multiturn-example"]("countdown2_retry")

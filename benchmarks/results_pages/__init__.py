@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import account, collapse, real_models, robustness, smollm2, speed, tiers
+from . import account, collapse, multiturn, real_models, robustness, smollm2, speed, tiers
 from .data import table
 
 
@@ -38,6 +38,8 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "smollm2-sync": smollm2.smollm2_sync,
     "smollm2-time": smollm2.smollm2_time,
     "smollm2-memory": smollm2.smollm2_memory,
+    "smollm2-multiturn-tasks": multiturn.smollm2_multiturn_tasks,
+    "smollm2-multiturn-example": multiturn.smollm2_multiturn_example,
     "speed-setup": real_models.speed_setup,
     "speed-table": real_models.speed_table,
     "speed-step": real_models.speed_step,
@@ -54,4 +56,5 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "step-account-phases": account.step_account_phases,
     "step-account-job": account.step_account_job,
     "step-account-update": account.step_account_update,
+    "update-ab": account.update_ab,
 }

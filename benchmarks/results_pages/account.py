@@ -117,3 +117,22 @@ def step_account_update(path: str = DOC) -> str:
                   pct(o["self_s"] / pr["wall_s"]) if pr["wall_s"] else ""]
                  for o in pr.get("top_ops", [])[:TOP_OPS]])
     return intro + "\n\n" + phases + "\n\n" + cats + ("\n\n" + top if pr.get("top_ops") else "")
+
+
+def update_ab(path: str) -> str:
+    """One cut of the update, timed against the commit before it (``benchmarks/update_ab.py``):
+    each side's times, the medians and their ratio."""
+    d = load(path)
+    r = d["results"]
+    a, b = r["A"], r["B"]
+    commit = (b["commit"] or "").split(" ")[0]
+
+    def times(side: dict) -> str:
+        return ", ".join(_secs(x) for x in side["update_s"])
+
+    return (f"One update of the account's batch, {d['settings']['rounds']} rounds alternating the "
+            f"commit before ({a['commit']}) and after ({commit}), each the median of "
+            f"{d['settings']['repeats']} updates: before {times(a)} (median {_secs(a['median_s'])}); "
+            f"after {times(b)} (median {_secs(b['median_s'])}). After / before: "
+            f"{d['ratios']['b_over_a']:.3f} (per round "
+            + ", ".join(f"{x:.2f}" for x in r["per_round_ratio"]) + ").")

@@ -9,7 +9,7 @@ import numpy as np
 from ragen2.algos import logprobs_from_logits
 from ragen2.batch import TrainingBatch
 from ragen2.learner.build import new_optimizer
-from ragen2.learner.forward import micro_batches, tensors, train_mode
+from ragen2.learner.forward import MaskFacts, host_tensors, micro_batches, to_device, train_mode
 from ragen2.learner.ppo import allreduce, optimizer_step
 from ragen2.learner.rank_state import RankState
 
@@ -28,8 +28,12 @@ def sft_step(rank: RankState, batch: TrainingBatch, rows: np.ndarray, lr: float)
     loss_sum = correct = 0.0
     with train_mode(rank):
         for micro in micro_batches(rank, batch, rows):
-            ids, attn, mask = tensors(rank, batch, micro, "input_ids", "attention_mask", "loss_mask")
-            logits = rank.model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+            host = host_tensors(batch, micro, "input_ids", "attention_mask", "loss_mask")
+            ids, attn, mask = (to_device(rank, t) for t in host)
+            # rows padded on the right need no attention mask (MaskFacts.gapped): the loss reads
+            # the same logits, and SDPA runs causal
+            kwargs = {"attention_mask": attn} if MaskFacts.of(host[2], host[1]).gapped else {}
+            logits = rank.model(input_ids=ids, use_cache=False, **kwargs).logits[:, :-1]
             lp = logprobs_from_logits(logits, ids[:, 1:])
             mk = mask[:, 1:].float()
             loss = -(lp * mk).sum() / max(n_tok, 1.0)

@@ -33,7 +33,7 @@ PAPER_3B = ["ragen2_paper", "ragen2_code", "ragen2_countdown", "ragen2_frozenlak
             "ragen2_sokoban"]
 PAPER_05B = [f"{e}_0.5b" for e in PAPER_3B[1:]]
 TINY = ["ragen2_sweep", "top_p_sweep"]  # multirun presets: alone they sweep the CPU default
-CPU_ONLY = ["smollm2_math", "smollm2_frozenlake"]  # sized for one CPU rank (tests/cluster/test_host_memory.py)
+CPU_ONLY = ["smollm2_math", "smollm2_countdown"]  # sized for one CPU rank (tests/cluster/test_host_memory.py)
 
 
 def expected(experiment: str, cluster: str) -> str:

@@ -81,3 +81,26 @@ def test_a_row_with_a_hole_still_gets_the_mask(tiny_model_path):
         assert not torch.allclose(unmasked, lp_mask, atol=1e-4)
     finally:
         r.shutdown()
+
+
+def test_the_warm_start_step_reads_the_same_loss_without_the_mask(tiny_model_path):
+    """The behaviour-cloning step forwards right-padded rows without the mask: its loss and token
+    accuracy equal, bit for bit, those of the masked forward of the same weights."""
+    from ragen2.algos import logprobs_from_logits
+    from ragen2.batch import TrainingBatch
+
+    r = _rank(tiny_model_path)
+    try:
+        b = _batch(length=24)
+        ids, attn, mask = (torch.from_numpy(b[k]) for k in ("input_ids", "attention_mask",
+                                                              "loss_mask"))
+        with torch.no_grad():  # the reference: the masked forward, before the step
+            logits = r.model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
+            mk = mask[:, 1:].float()
+            n_tok = float(mask.sum())
+            loss = float(-(logprobs_from_logits(logits, ids[:, 1:]) * mk).sum() / n_tok)
+            acc = float(((logits.argmax(-1) == ids[:, 1:]).float() * mk).sum()) / n_tok
+        m = r.sft_step(TrainingBatch.of(b), np.arange(len(b["rewards"])), lr=1e-3)
+        assert m["warm_start/loss"] == loss and m["warm_start/token_acc"] == acc
+    finally:
+        r.shutdown()
