@@ -5,10 +5,11 @@ The batch is shaped like a finished run's (``--run DIR``: its median batch, as
 ``step_account.py --profile-update`` builds it), the update is ``LearnerRank.update`` in
 ``cluster.learner_world_size`` spawned processes over gloo, outside Ray. Side A imports ragen2 from
 ``--base`` (a checkout of the commit before the change, e.g. ``git worktree add /tmp/base
-HEAD~1``), side B from this checkout; the harness (``step_account.py``) is this checkout's for
-both. The sides alternate A B A B ... (``--rounds`` pairs; each round times ``--repeats`` updates
-after one warm-up and keeps their median), so a drift of the machine's speed hits both. Reported:
-each side's median over rounds, the ratio B / A of the medians, and the per-round ratios.
+HEAD~1``), side B from this checkout (or ``--head``); the harness (``step_account.py``) is this
+checkout's for both. The sides alternate A B A B ... (``--rounds`` pairs; each round times
+``--repeats`` updates after one warm-up and keeps their median), so a drift of the machine's speed
+hits both. Reported: each side's median over rounds, the ratio B / A of the medians, and the
+per-round ratios.
 
 Usage::
 
@@ -63,6 +64,8 @@ def one_side(checkout: Path, run_dir: Path, repeats: int, out: Path) -> None:
 def main() -> None:
     def extra(ap: Any) -> None:
         ap.add_argument("--base", required=True, help="checkout of side A (the commit before)")
+        ap.add_argument("--head", default=str(common.ROOT),
+                        help="checkout of side B (the commit after; default this one)")
         ap.add_argument("--run", required=True, help="a finished run whose batch is timed")
         ap.add_argument("--rounds", type=int, default=3, help="A B pairs")
         ap.add_argument("--repeats", type=int, default=3, help="timed updates per side and round")
@@ -78,7 +81,8 @@ def main() -> None:
     base = Path(args.base).resolve()
     if not (base / "ragen2" / "__init__.py").exists():
         raise SystemExit(f"--base {base}: no ragen2/ package there (a checkout of the repository)")
-    sides = {"A": base, "B": common.ROOT}
+    head = Path(args.head).resolve()
+    sides = {"A": base, "B": head}
     times: dict[str, list[float]] = {"A": [], "B": []}
     seen: dict[str, str] = {}
     for r in range(args.rounds):
@@ -101,7 +105,7 @@ def main() -> None:
     per_round = [b / a for a, b in zip(times["A"], times["B"])]
     results = {"A": {"checkout": str(base), "commit": common.git_commit(base),
                      "update_s": times["A"], "median_s": med["A"]},
-               "B": {"checkout": str(common.ROOT), "commit": common.git_commit(common.ROOT),
+               "B": {"checkout": str(head), "commit": common.git_commit(head),
                      "update_s": times["B"], "median_s": med["B"]},
                "per_round_ratio": per_round}
     settings = {"run_dir": os.path.relpath(run_dir, common.ROOT), "rounds": args.rounds,

@@ -5,19 +5,15 @@ model), and a memory estimate that fits a quiet 24 GiB machine."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from ragen2 import seeding
-from ragen2.cluster import host_memory as hm
-from ragen2.cluster.host import HostMemory
 from ragen2.rollout.envs import all_entries, eval_entries, make_env, train_entries
 from ragen2.rollout.split import HELDOUT, TRAIN, ProblemSplit, part_of
 from ragen2.train import load_config
+from tests.cluster.test_host_memory import GiB, planned_on_a_quiet_24gb_machine
 from tests.scripts import load_benchmark
 
-GiB = 2**30
 PRESET = "+experiment=smollm2_countdown"
 
 
@@ -101,11 +97,7 @@ def test_the_held_out_split_is_disjoint_from_training(cfg, candidate):
 
 
 def test_the_memory_estimate_fits_a_quiet_24gb_machine(cfg):
-    free = replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=None,
-                                        activation_checkpointing=None))  # as the recipe leaves them
-    quiet = HostMemory(total=24 * GiB, available=21 * GiB)  # this machine with nothing else on it
-    planned = hm.apply_plan(free, hm.plan_host_memory(free, quiet))
-    b = hm.estimate_host_memory(planned, quiet)
+    planned, b = planned_on_a_quiet_24gb_machine(cfg)
     assert b.fits, b.describe()
     assert b.need < 24 * GiB
     assert not planned.learner.activation_checkpointing  # no recomputation needed there

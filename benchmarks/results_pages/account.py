@@ -132,7 +132,8 @@ def update_ab(path: str) -> str:
 
     return (f"One update of the account's batch, {d['settings']['rounds']} rounds alternating the "
             f"commit before ({a['commit']}) and after ({commit}), each the median of "
-            f"{d['settings']['repeats']} updates: before {times(a)} (median {_secs(a['median_s'])}); "
+            f"{d['settings']['repeats']} updates: before {times(a)} "
+            f"(median {_secs(a['median_s'])}); "
             f"after {times(b)} (median {_secs(b['median_s'])}). After / before: "
             f"{d['ratios']['b_over_a']:.3f} (per round "
             + ", ".join(f"{x:.2f}" for x in r["per_round_ratio"]) + ").")

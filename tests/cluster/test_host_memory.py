@@ -216,17 +216,23 @@ def test_auto_dtype_in_the_config_and_its_override(monkeypatch):
 
 
 
-def test_the_smollm2_math_preset_fits_a_quiet_24gb_machine():
+def planned_on_a_quiet_24gb_machine(cfg):
+    """``cfg``'s learner knobs as a recipe leaves them (unset), planned for a 24 GiB machine with
+    nothing else on it: (the planned config, its estimate)."""
     from dataclasses import replace
 
+    cfg = replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=None,
+                                       activation_checkpointing=None))
+    quiet = HostMemory(total=24 * GiB, available=21 * GiB)
+    planned = hm.apply_plan(cfg, hm.plan_host_memory(cfg, quiet))
+    return planned, hm.estimate_host_memory(planned, quiet)
+
+
+def test_the_smollm2_math_preset_fits_a_quiet_24gb_machine():
     cfg = load_config(["+experiment=smollm2_math", "model.dtype=bfloat16"])
     assert cfg.cluster.learner_world_size == 1 and cfg.engine.name == "vllm"
     assert cfg.rollout.response_format == "plain" and cfg.env.kwargs["read"] == "last"
-    cfg = replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=None,
-                                       activation_checkpointing=None))  # as the recipe leaves them
-    quiet = HostMemory(total=24 * GiB, available=21 * GiB)  # this machine with nothing else on it
-    planned = hm.apply_plan(cfg, hm.plan_host_memory(cfg, quiet))
-    b = hm.estimate_host_memory(planned, quiet)
+    planned, b = planned_on_a_quiet_24gb_machine(cfg)
     assert b.fits, b.describe()
     assert not planned.learner.activation_checkpointing  # no recomputation needed there
 
