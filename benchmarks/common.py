@@ -189,8 +189,8 @@ def controller(overrides: Sequence[str] = (), **rollout: Any) -> Iterator[Any]:
         ctl = Controller(cfg, Path(run_dir), resolve_model_path(cfg))
         try:
             if cfg.trainer.warm_start.enabled:
-                ctl.warm_start()
-            ctl.push_weights()
+                ctl.warm_start.run()
+            ctl.weights.push()
             if rollout:
                 set_rollout(ctl, **rollout)
             yield ctl
@@ -201,31 +201,30 @@ def controller(overrides: Sequence[str] = (), **rollout: Any) -> Iterator[Any]:
 def cached_warm_start() -> str | None:
     """The default run's warm-started policy (``policy.pt``) if ``make train`` or a controller
     benchmark already built it, else None (benchmarks then use the random-initialised model)."""
-    from types import SimpleNamespace
-
-    from ragen2.controller import Controller
+    from ragen2.controller.warm_start import warm_start_key
     from ragen2.models.tiny import default_cache_root
     from ragen2.rollout.envs import train_entries
     from ragen2.train import load_config, resolve_model_path
 
     cfg = load_config([])
-    me = SimpleNamespace(cfg=cfg, model_path=resolve_model_path(cfg), train_envs=train_entries(cfg.env))
     f = (Path(cfg.model.cache_dir or default_cache_root()) / "warm_start"
-         / Controller.warm_start_key(me) / "policy.pt")  # type: ignore[arg-type]
+         / warm_start_key(cfg, resolve_model_path(cfg), train_entries(cfg.env)) / "policy.pt")
     return str(f) if f.exists() else None
 
 
 def set_rollout(ctl: Any, **fields: Any) -> None:
-    """Change ``rollout.*`` settings of a live controller and of its rollout workers."""
-    from dataclasses import replace
-
+    """Change ``rollout.*`` settings of a live controller (in place: its components share the
+    config) and of its rollout workers."""
     import ray
 
     def apply(worker: Any, kw: dict) -> None:  # a closure: Ray ships it by value
+        from dataclasses import replace
+
         worker.cfg = replace(worker.cfg, rollout=replace(worker.cfg.rollout, **kw))
 
-    ctl.cfg = replace(ctl.cfg, rollout=replace(ctl.cfg.rollout, **fields))
-    ray.get([w.run.remote(apply, fields) for w in ctl.workers])
+    for name, value in fields.items():
+        setattr(ctl.cfg.rollout, name, value)
+    ray.get([w.run.remote(apply, fields) for w in ctl.actors.workers])
 
 
 def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: int,

@@ -38,7 +38,9 @@ def main() -> None:
     filters = {name: load_config(o).filter for name, o in ARMS.items()}
 
     def arm(name):
-        return lambda ctl: setattr(ctl, "filter", FilterPipeline(filters[name], ctl.cfg.seed))
+        def setup(ctl):  # the step's filter, and the one that draws the groups' prompts
+            ctl.filter = ctl.rollouts.filter = FilterPipeline(filters[name], ctl.cfg.seed)
+        return setup
 
     overrides = ["monitor=none"]
     rollout = {k: s[k] for k in ("env_groups", "group_size", "max_turns")}

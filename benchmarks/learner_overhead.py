@@ -156,7 +156,7 @@ def world1(s: dict) -> dict:
 
     ours, base = [], []
     for r in range(s["repeats"] + 1):
-        batch["policy_version"][:] = rank.version
+        batch["policy_version"][:] = rank.state.version
         t_ours = timed(lambda: rank.update(batch, step=1))
         t_base = timed(lambda: plain.update(batch, step=1))
         if r == 0:  # the same maths: one update from the same weights gives the same weights
@@ -169,7 +169,7 @@ def world1(s: dict) -> dict:
     torch.set_num_threads(os.cpu_count() or 1)  # for comparison with world size 2: all cores
     all_cores = []
     for r in range(s["repeats"] + 1):
-        batch["policy_version"][:] = rank.version
+        batch["policy_version"][:] = rank.state.version
         all_cores.append(common.timed(lambda: rank.update(batch, step=1))[1])
     rank.shutdown()
     med = lambda xs, i: common.median([x[i] for x in xs])  # noqa: E731
@@ -192,7 +192,7 @@ def _rank2(rank_id: int, rdv, s: dict, queue) -> None:
     batch = make_batch(s["rows"], s["length"], rank.model.config.vocab_size)
     times = []
     for _ in range(s["repeats"] + 1):
-        batch["policy_version"][:] = rank.version
+        batch["policy_version"][:] = rank.state.version
         t0, c0 = time.perf_counter(), time.process_time()
         rank.update(batch, step=1)
         times.append((time.perf_counter() - t0, time.process_time() - c0))

@@ -86,7 +86,7 @@ def share(s: dict) -> dict:
                "group_size": s["group_size"]}
     with common.controller(**rollout) as ctl:
         every = ctl.cfg.monitor.every
-        ctl.monitor.every = 1  # due at every step
+        ctl.watch.monitor.every = 1  # due at every step
         rows = common.interleaved_steps(ctl, {"monitor": lambda _: None}, c["rounds"])["monitor"]
     m = common.median([r["timing/monitor_s"] for r in rows])
     step = common.median([r["wall_s"] for r in rows])

@@ -260,18 +260,18 @@ def update_child(a: dict) -> dict:
         rank = learner(cfg, a["threads"])
         prompts = preset_prompts(cfg, rank_tokenizer(), a["problems"], a["group"])
         n = n_params(rank.model)
-        adapters = sum(p.numel() for p in rank.trainable) if rank.lora else 0
-        batch = update_batch(prompts, a["group"], a["reply_tokens"], rank.version)
+        adapters = sum(p.numel() for p in rank.state.trainable) if rank.state.lora else 0
+        batch = update_batch(prompts, a["group"], a["reply_tokens"], rank.state.version)
 
         def one() -> dict:
-            batch["policy_version"][:] = rank.version
-            return rank.update(batch, step=rank.version + 1)
+            batch["policy_version"][:] = rank.state.version
+            return rank.update(batch, step=rank.state.version + 1)
 
         metrics, flops = counted_flops(one)  # the warm-up, counted
         times = repeat(one, a["repeats"])
         s = median(times)
         row_tokens = float(batch["attention_mask"].sum())
-        nominal = (4 * n + 6 * adapters if rank.lora else 6 * n) * row_tokens
+        nominal = (4 * n + 6 * adapters if rank.state.lora else 6 * n) * row_tokens
         out[variant] = {
             "s": s, "times": times, "row_tokens": row_tokens,
             "trained_tokens": float(batch["loss_mask"].sum()), "rows": len(prompts),
@@ -346,8 +346,7 @@ def sync_child(a: dict) -> dict:
     from ragen2.rollout.worker import RolloutWorker, sampling_params
     from ragen2.sync.base import WeightSyncError
     from ragen2.sync.object_store import load_buckets, put_buckets
-    from ragen2.sync.probe import (ProbePolicy, compare, engine_continuation, learner_logprobs_at,
-                                   probe_ids, queries_of)
+    from ragen2.sync.probe import ProbePolicy, compare, learner_logprobs_at, probe_ids, queries_of
     from ragen2.train import ensure_ray
 
     _threads(a["threads"])
@@ -372,7 +371,7 @@ def sync_child(a: dict) -> dict:
 
     def probe(version: int) -> dict:  # ragen2.sync.probe.run_probe, the gap kept on failure
         t0 = time.perf_counter()
-        cont = ray.get(worker.run.remote(engine_continuation, ids, 4, 5))
+        cont = ray.get(worker.probe_continuation.remote(ids, 4, 5))
         full, queries = queries_of(ids, cont)
         mean, worst = compare(learner_logprobs_at(rank, full, queries),
                               [list(d.values()) for d in cont[1]])
@@ -405,10 +404,10 @@ def sync_child(a: dict) -> dict:
     out["sampled_gap"] = {"tokens": int(d.size), "mean": float(d.mean()),
                           "p99": float(np.quantile(d, 0.99)), "max": float(d.max())}
     # one update at the preset's lr, a push, and the probe again: a later sync's check
-    batch = update_batch(prompts, a["group"], a["reply_tokens"], rank.version)
+    batch = update_batch(prompts, a["group"], a["reply_tokens"], rank.state.version)
     rank.update(batch, step=1)
-    push(rank.version)
-    out["probe_after_update"] = probe(rank.version)
+    push(rank.state.version)
+    out["probe_after_update"] = probe(rank.state.version)
     rank.shutdown()
     ray.shutdown()
     return out

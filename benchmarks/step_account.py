@@ -79,7 +79,7 @@ import common  # noqa: E402  (benchmarks/common.py)
 DEFAULT_RUN_ROOT = common.ROOT / "outputs" / "step_account"
 FROM_STEP = 2  # steps 0 and 1 are not typical: warm start, first compilation, first syncs
 
-#: every timing key the training loop logs today (ragen2/controller.py, ragen2/evaluate.py):
+#: every timing key the training loop logs today (ragen2/controller/, ragen2/evaluate.py):
 #: key -> (phase name, where it runs). "step": inside ``timing/step_s``; "loop": in the RL loop
 #: outside ``timing/step_s``; "before_rl": step 0 only.
 TIMING_KEYS: dict[str, tuple[str, str]] = {
@@ -892,7 +892,7 @@ def instrument(rank: Any, timer: PhaseTimer) -> None:
 
     import ragen2.learner.ppo as ppo
 
-    fwd, step, plan = rank._forward, rank._step, rank._prefix_plan
+    fwd, step, plan = ppo.forward, ppo.optimizer_step, ppo.prefix_plan
 
     def forward(*a: Any, **k: Any) -> Any:
         with timer.phase("forward" if torch.is_grad_enabled() else "forward_nograd"):
@@ -906,7 +906,7 @@ def instrument(rank: Any, timer: PhaseTimer) -> None:
         with timer.phase("prefix_plan"):
             return plan(*a, **k)
 
-    rank._forward, rank._step, rank._prefix_plan = forward, optimizer, prefix
+    ppo.forward, ppo.optimizer_step, ppo.prefix_plan = forward, optimizer, prefix
     backward = torch.Tensor.backward
 
     def timed_backward(self: Any, *a: Any, **k: Any) -> Any:
@@ -947,7 +947,7 @@ def _profile_rank(rank_id: int, world: int, rdv: Any, spec: dict, queue: Any) ->
         instrument(rank, timer)
         samples = []
         for r in range(spec["repeats"] + 1):
-            batch["policy_version"][:] = rank.version
+            batch["policy_version"][:] = rank.state.version
             timer.totals = {}
             t0 = time.perf_counter()
             rank.update(batch, step=1)
@@ -956,7 +956,7 @@ def _profile_rank(rank_id: int, world: int, rdv: Any, spec: dict, queue: Any) ->
                 phases = dict(timer.totals)
                 phases["other"] = wall - sum(phases.values())
                 samples.append({"wall_s": wall, **phases})
-        batch["policy_version"][:] = rank.version
+        batch["policy_version"][:] = rank.state.version
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             t0 = time.perf_counter()
             with torch.profiler.record_function("account::update"):

@@ -78,7 +78,7 @@ def _engine_main(model_path: str, dtype: str, device: str, inbox: Any, outbox: A
     try:
         from ragen2.engines.base import SamplingParams
         from ragen2.engines.hf import HFEngine
-        from ragen2.sync.probe import engine_continuation
+        from ragen2.rollout.worker import greedy_continuation
 
         worker = SimpleNamespace(engine=HFEngine(model_path, dtype=dtype, device=device))
         outbox.put(("ready", None))
@@ -89,7 +89,7 @@ def _engine_main(model_path: str, dtype: str, device: str, inbox: Any, outbox: A
         cmd, args = msg
         try:
             if cmd == "continue":
-                out = engine_continuation(worker, *args)
+                out = greedy_continuation(worker.engine, *args)
             elif cmd == "load_ipc":
                 from ragen2.sync.cuda_ipc import load_shared_bucket
 
@@ -405,7 +405,7 @@ class HandLoop:
         self.dtype = getattr(torch, learner.cfg.model.dtype)
         self.model = load_causal_lm(path, dtype="float32").to(self.device).train()
         self.ref = (load_causal_lm(path, dtype=learner.cfg.model.dtype).to(self.device).eval()
-                    if learner.ref is not None else None)
+                    if learner.state.ref is not None else None)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=self.a.lr,
                                        weight_decay=self.a.weight_decay, foreach=True)
 
@@ -542,6 +542,7 @@ def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
     """The ``nccl`` strategy's group constructor and a broadcast with a timed wait, one rank."""
     import torch
 
+    from ragen2.sync.base import sync_state
     from ragen2.sync.nccl import _broadcast, join_group
 
     holder = SimpleNamespace()
@@ -556,7 +557,7 @@ def section_nccl_group(args: argparse.Namespace) -> dict[str, Any]:
     ok = bool((flat.cpu() == torch.arange(1024, dtype=torch.float32)).all())
     if not ok:
         raise RuntimeError("a one-rank broadcast changed the tensor")
-    return {"backend": backend, "group": type(holder._weight_group).__name__,
+    return {"backend": backend, "group": type(sync_state(holder)["nccl"].group).__name__,
             "seconds": round(time.perf_counter() - t0, 3),
             "nccl_version": str(torch.cuda.nccl.version()) if args.device == "cuda" else None}
 
@@ -615,9 +616,9 @@ def section_push(learner: Any, engine: EngineProcess, ids: list[int], args: argp
                  vocab: int) -> dict[str, Any]:
     """``--pushes`` times: one update (the engine is now stale: probe gap and checksums say so),
     the push, the checksums and the probe; the memory of both processes after each push."""
-    from ragen2.sync.checksum import checksum_names, export_names, learner_mismatches
+    from ragen2.sync.checksum import checksum_names, learner_mismatches
 
-    names = checksum_names(export_names(learner))
+    names = checksum_names(learner.export_names())
     pushes = []
     for i in range(args.pushes):
         learner.update(synthetic_batch(args.rows, args.length, vocab, learner.get_version(),

@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("ragen2.analysis.report", "one self-contained HTML page for a run or a sweep"),
     "analyze": ("ragen2.analysis.analyze", "offline MI, plots and the diagnosis of a run's rollouts"),
     "sweep-report": ("ragen2.analysis.sweep_report", "a sweep's jobs as a markdown table and plots"),
-    "memory": ("ragen2.cluster.__main__", "does a config fit its GPUs? the per-GPU memory estimate"),
+    "memory": ("ragen2.memory", "does a config fit its GPUs? the per-GPU memory estimate"),
     "serve-env": ("ragen2.rollout.serve", "serve a Gymnasium text env over HTTP (train on it: "
                                           "env.id=ragen2/Remote-v0)"),
 }

@@ -58,7 +58,7 @@ def _registered(obj: Any, p: str, name: str, allowed: list[str]) -> None:
 def check_recipe(cfg: Config) -> None:
     """``recipe=tiny`` only for a model ragen2 initialised itself."""
     if cfg.recipe == "tiny":
-        from ragen2.models.builtin import random_init
+        from ragen2.builtin_models import random_init
 
         _check(random_init(cfg.model), "recipe", cfg.recipe,
                f"the tiny recipe (behaviour-cloning warm start at lr "
@@ -72,7 +72,7 @@ def check_recipe(cfg: Config) -> None:
 # ------------------------------------------------------------------ each section's registries
 def check_model(m: ModelConfig, p: str) -> None:
     """A built-in model name, and a tiny architecture ``TinyModelSpec`` accepts."""
-    from ragen2.models.builtin import BUILT_IN
+    from ragen2.builtin_models import BUILT_IN
     from ragen2.models.tiny import TinyModelSpec
 
     if not m.path:

@@ -1,6 +1,6 @@
 """``ragen2 eval``: held-out success of a checkpoint or a model, without training.
 
-The protocol is the trainer's own evaluation (:meth:`ragen2.controller.Controller.evaluate`):
+The protocol is the trainer's own evaluation (:meth:`ragen2.controller.evaluation.Evaluator.evaluate`):
 ``trainer.eval_episodes`` episodes on held-out problems (:mod:`ragen2.rollout.split`: never trained
 on; distinct problems where the env enumerates its space) of ``env.eval`` (or the training envs),
 sampled at ``engine.eval_temperature`` with the fixed
@@ -30,8 +30,8 @@ def evaluate_model(cfg, model_path: str, out: str | Path) -> dict[str, float]:  
     """Evaluate the model at ``model_path`` under ``cfg``'s evaluation settings; writes
     ``out/eval.json``, ``out/samples.jsonl`` and ``out/outcomes.jsonl`` and returns the ``eval/*`` metrics."""
     from ragen2 import seeding
-    from ragen2.controller import _spread, check_env_errors, rollout_metrics
-    from ragen2.rollout.archive import save_outcomes
+    from ragen2.controller.episodes import check_env_errors, rollout_metrics
+    from ragen2.rollout.archive import save_outcomes, spread
     from ragen2.rollout.envs import eval_entries
     from ragen2.rollout.split import ProblemSplit, check_split
     from ragen2.rollout.worker import RolloutWorker
@@ -52,7 +52,7 @@ def evaluate_model(cfg, model_path: str, out: str | Path) -> dict[str, float]:  
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "samples.jsonl", "w") as f:
-        for t in _spread(trajs, cfg.trainer.log_samples):
+        for t in spread(trajs, cfg.trainer.log_samples):
             f.write(json.dumps(t.as_text_record()) + "\n")
     save_outcomes(out / "outcomes.jsonl", trajs)
     (out / "eval.json").write_text(json.dumps({"model": model_path, "episodes": n, **metrics},

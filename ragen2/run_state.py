@@ -2,7 +2,7 @@
 
 :class:`RunState` is what a checkpoint's ``trainer_state.json`` holds and a resumed run starts
 from; :class:`Health` and :class:`PanelVerdict` are the controller's own saved state (under its
-``controller`` key). The outcomes (:class:`UpdateOutcome`, :class:`StepResult`,
+``controller`` key). The outcomes (:class:`UpdateOutcome`, :class:`UpdateResult`, :class:`StepResult`,
 :class:`Evaluation`, :class:`CollapseCheck`) carry what a step decided or measured: the loop
 decides from their fields, and the metrics it logs are made from them, never read back.
 
@@ -79,7 +79,7 @@ class RunState:
     nonfinite_in_row: int = 0
     #: :meth:`ragen2.early_stop.EarlyStop.state_dict` (None before the loop starts)
     early_stop: dict[str, Any] | None = None
-    #: :meth:`ragen2.controller.Controller.state_dict` (filter, monitor, health, alert, ...)
+    #: :meth:`ragen2.controller.loop.Controller.state_dict` (filter, monitor, health, alert, ...)
     controller: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,9 +114,18 @@ class UpdateOutcome:
     nonfinite_skipped: int
 
 
+@dataclass(frozen=True)
+class UpdateResult:
+    """What the learner returns for one update (or one warm-start step): the metrics to log, and
+    its outcome, which is what the loop decides on (:class:`ragen2.learner.group.LearnerGroup`)."""
+
+    metrics: dict[str, float]
+    outcome: UpdateOutcome
+
+
 @dataclass
 class StepResult:
-    """One RL step (:meth:`ragen2.controller.Controller.train_step`)."""
+    """One RL step (:meth:`ragen2.controller.loop.Controller.train_step`)."""
 
     #: everything to log for the step (rollout/, filter/, actor/, sync/, timing/, ...)
     metrics: dict[str, float]
@@ -140,7 +149,7 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class CollapseCheck:
-    """The collapse alert's reading of one step (:meth:`ragen2.controller.Controller.check_collapse`)."""
+    """The collapse alert's reading of one step (:meth:`ragen2.controller.watch.Watch.check_collapse`)."""
 
     #: the alert's instrument measured at this step (else nothing below happened)
     measured: bool = False

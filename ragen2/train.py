@@ -88,13 +88,13 @@ def check_run_dir(run_dir: str | Path, min_free: int = MIN_FREE_BYTES) -> None:
 
 def resolve_model_path(cfg: Config) -> str:
     """``model.path`` if given, else the built-in model ``model.name`` names, built once into the
-    cache (:mod:`ragen2.models.builtin`: the tiny model, SmolLM2)."""
+    cache (:mod:`ragen2.builtin_models`: the tiny model, SmolLM2)."""
     if cfg.model.path:
         from ragen2.models.loading import load_tokenizer
 
         load_tokenizer(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)  # fail fast
         return cfg.model.path
-    from ragen2.models.builtin import BUILT_IN
+    from ragen2.builtin_models import BUILT_IN
 
     return BUILT_IN.get(cfg.model.name)(cfg)
 

@@ -46,9 +46,10 @@ def test_nccl_sync_on_gloo_runs_two_steps(ray_session, tiny_model_path, tmp_path
 
 
 def _top_logprobs(worker):
-    from ragen2.sync.probe import engine_continuation, probe_ids
+    from ragen2.rollout.worker import greedy_continuation
+    from ragen2.sync.probe import probe_ids
 
-    return engine_continuation(worker, probe_ids(len(worker.engine.tokenizer), 300), 4, 5)
+    return greedy_continuation(worker.engine, probe_ids(len(worker.engine.tokenizer), 300), 4, 5)
 
 
 class _NoopSync:
@@ -117,27 +118,27 @@ def test_lora_reaches_vllm_and_the_probe_stops_a_silently_failed_sync(ray_sessio
                             "algorithm.entropy_coef=0.05", "algorithm.lr=5e-3"))
     ctl = Controller(cfg, tmp_path, tiny_model_path)
     try:
-        ctl.warm_start()
-        assert ctl.push_weights()["sync/probe_logprob_gap"] < 1e-3
-        before = ray.get(ctl.workers[0].run.remote(_top_logprobs))
+        ctl.warm_start.run()
+        assert ctl.weights.push()["sync/probe_logprob_gap"] < 1e-3
+        before = ray.get(ctl.actors.workers[0].run.remote(_top_logprobs))
         result = ctl.train_step(1)
         assert result.trained and result.metrics["sync/probe_logprob_gap"] < 1e-3
-        after = ray.get(ctl.workers[0].run.remote(_top_logprobs))
+        after = ray.get(ctl.actors.workers[0].run.remote(_top_logprobs))
         moved = [abs(after[1][j][t] - lp) for j, d in enumerate(before[1]) for t, lp in d.items()
                  if j < len(after[1]) and t in after[1][j]]
         assert moved and float(np.max(moved)) > 1e-3, moved
 
-        real = ctl.sync
-        ctl.sync = _NoopSync(ctl.workers)
+        real = ctl.weights.sync
+        ctl.weights.sync = _NoopSync(ctl.actors.workers)
         with pytest.raises(WeightSyncError, match="policy version 2"):
             ctl.train_step(2)
-        ctl.sync = real
-        assert ctl.push_weights()["sync/probe_logprob_gap"] < 1e-3  # a real sync repairs it
-        ctl.sync = _NoResetSync(ctl.workers, real)
+        ctl.weights.sync = real
+        assert ctl.weights.push()["sync/probe_logprob_gap"] < 1e-3  # a real sync repairs it
+        ctl.weights.sync = _NoResetSync(ctl.actors.workers, real)
         with pytest.raises(WeightSyncError, match="policy version 3"):
             ctl.train_step(3)
         with pytest.raises(ray.exceptions.RayTaskError, match="policy version"):
-            ctl.learners.update(ray.put(_stale_batch(ctl.version)), 3)
+            ctl.actors.learners.update(ray.put(_stale_batch(ctl.weights.version)), 3)
     finally:
         ctl.shutdown()
 

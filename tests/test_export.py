@@ -80,7 +80,7 @@ def test_a_lora_checkpoint_exports_merged(tiny_model_path, tiny_tokenizer, tmp_p
     try:
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():  # adapters as training leaves them: B no longer zero
-            for p in r.trainable:
+            for p in r.state.trainable:
                 p.add_(0.05 * torch.randn(p.shape, generator=gen))
         r.save(str(ckpt))
         learner = torch.tensor(r.logprobs(ids))

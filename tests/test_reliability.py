@@ -9,13 +9,15 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-import ragen2.controller as controller
+import ragen2.controller.loop as controller
 from ragen2.controller import TrainingStopped, count_nonfinite
+from ragen2.controller.checkpoints import Checkpoints
+from ragen2.controller.rollouts import RolloutSource
 from ragen2.learner import checkpoint
-from ragen2.rollout.schedule import RolloutQueue
 from ragen2.run_state import CollapseCheck, Evaluation, RunState, StepResult, UpdateOutcome
 from ragen2.train import RunDirError, check_run_dir, load_config
 
@@ -65,25 +67,30 @@ class FakeLearners:
 
 
 def fake_controller(skipped_by_step: dict[int, int], fail: dict[int, BaseException] | None = None):
-    """A Controller whose steps report ``skipped_by_step[step]`` of 2 optimizer steps skipped."""
+    """A Controller whose steps report ``skipped_by_step[step]`` of 2 optimizer steps skipped. It
+    stands in for its own watch, weights, evaluator and warm start; its checkpoints go through
+    the real path (:class:`Checkpoints`, the real queue of batches ahead)."""
 
     class Fake:
         save = controller.Controller.save  # the real checkpoint path
-        load_queue = controller.Controller.load_queue  # and the real queue of batches ahead
         trained: list[int] = []
 
         def __init__(self, cfg, run_dir, model_path):
             self.cfg, self.run_dir, self.version = cfg, Path(run_dir), 0
-            self.learners = FakeLearners(self, fail or {})
-            self.queue = RolloutQueue(cfg.trainer.max_staleness)
+            self.watch = self.weights = self.evaluator = self.warm_start = self
+            learners = FakeLearners(self, fail or {})
+            self.actors = SimpleNamespace(learners=learners)
+            self.rollouts = RolloutSource(cfg, None, None, None)
+            self.queue = self.rollouts.queue
+            self.checkpoints = Checkpoints(cfg, self.run_dir, learners, self.rollouts)
 
-        def warm_start(self):
+        def run(self):  # the warm start
             return {}
 
-        def push_weights(self):
+        def push(self):
             return {}
 
-        def evaluate(self, step):
+        def evaluate(self, step, version):
             return Evaluation(0.5, {"eval/success": 0.5})
 
         def diagnose(self, success):

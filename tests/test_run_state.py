@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-import ragen2.controller as controller
+import ragen2.controller.loop as controller
+from ragen2.controller import TrainingStopped
 from ragen2.learner import checkpoint
+from ragen2.learner.group import sft_outcome, update_outcome
 from ragen2.run_state import (CollapseCheck, Health, PanelVerdict, RunState, StepResult,
                               UpdateOutcome)
 from tests.test_reliability import _cfg, _steps, fake_controller
@@ -76,11 +78,11 @@ def test_collapse_check_metrics_come_from_its_fields():
 
 
 def test_the_learner_adapters_read_the_update_metrics_once():
-    out = controller.update_outcome({"actor/optimizer_steps": 2.0, "actor/nonfinite_skipped": 1.0,
+    out = update_outcome({"actor/optimizer_steps": 2.0, "actor/nonfinite_skipped": 1.0,
                                      "actor/loss": 0.3})
     assert out == UpdateOutcome(optimizer_steps=2, nonfinite_skipped=1)
-    assert controller.sft_outcome({"warm_start/nonfinite_skipped": 1.0}) == UpdateOutcome(0, 1)
-    assert controller.sft_outcome({"warm_start/nonfinite_skipped": 0.0}) == UpdateOutcome(1, 0)
+    assert sft_outcome({"warm_start/nonfinite_skipped": 1.0}) == UpdateOutcome(0, 1)
+    assert sft_outcome({"warm_start/nonfinite_skipped": 0.0}) == UpdateOutcome(1, 0)
     assert StepResult({}).trained is False and StepResult({}, UpdateOutcome(0, 2)).trained
 
 
@@ -95,7 +97,7 @@ def test_steps_that_keep_no_group_stop_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(fake, "train_step", nothing_kept)
     monkeypatch.setattr(controller, "Controller", fake)
     fake.trained = []
-    with pytest.raises(controller.TrainingStopped, match="3 consecutive steps kept no group"):
+    with pytest.raises(TrainingStopped, match="3 consecutive steps kept no group"):
         controller.run(_cfg("trainer.total_steps=6", "trainer.max_skipped_steps=3"), tmp_path, "x")
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert fake.trained == [1, 2, 3] and [r["filter/skipped_steps"] for r in rows[1:]] == [1, 2, 3]

@@ -76,14 +76,14 @@ def test_hf_engine_with_lora_on_smollm2_moves_the_engine_and_passes_the_probe(
                              "algorithm.entropy_coef=0.05"))
     ctl = Controller(cfg, tmp_path, smollm2_path)
     try:
-        assert ctl.push_weights()["sync/probe_logprob_gap"] < TOL
-        before = ray.get(ctl.workers[0].run.remote(_top_logprobs))
+        assert ctl.weights.push()["sync/probe_logprob_gap"] < TOL
+        before = ray.get(ctl.actors.workers[0].run.remote(_top_logprobs))
         for step in (1, 2):
             result = ctl.train_step(step)
             m = result.metrics
             assert result.trained and m["sync/probe_logprob_gap"] < TOL and m["actor/logprob_gap"] < TOL
             if step == 1:
-                after = ray.get(ctl.workers[0].run.remote(_top_logprobs))
+                after = ray.get(ctl.actors.workers[0].run.remote(_top_logprobs))
                 moved = [abs(after[1][j][t] - lp) for j, d in enumerate(before[1])
                          for t, lp in d.items() if j < len(after[1]) and t in after[1][j]]
                 assert moved and float(np.max(moved)) > 1e-3, moved

@@ -267,8 +267,8 @@ _PLANNING_HOST: Optional[HostMemory] = None
 
 @contextmanager
 def planning_host(host: HostMemory) -> Iterator[None]:
-    """Within it, :func:`plan_host_memory` plans for ``host`` instead of this machine (``python -m
-    ragen2.cluster --host-gib``: the knobs ``load_config`` resolves, for another machine)."""
+    """Within it, :func:`plan_host_memory` plans for ``host`` instead of this machine (``ragen2 memory
+    --host-gib``: the knobs ``load_config`` resolves, for another machine)."""
     global _PLANNING_HOST
     before, _PLANNING_HOST = _PLANNING_HOST, host
     try:

@@ -9,7 +9,7 @@ Ray reserves anything; ``cluster.memory_check=false`` turns the refusal into a w
 
 The model's shape comes from :mod:`ragen2.cluster.shapes` (``config.json`` when it is on disk or in
 the Hugging Face cache, else the presets' known shapes); a model whose shape cannot be found is not
-estimated. ``python -m ragen2.cluster OVERRIDES...`` prints the budget without a GPU.
+estimated. ``ragen2 memory OVERRIDES...`` (:mod:`ragen2.memory`) prints the budget without a GPU.
 
 **The formula** (bytes on one GPU; P = parameters of the policy, P_c = of the critic (the policy's
 backbone plus a scalar head: P minus an untied output head), W = ``cluster.learner_world_size``,
@@ -54,7 +54,7 @@ learner, while the MI monitor / probe panel scores (before the update, vLLM awak
   * ``LEARNER_OVERHEAD`` (2 GiB): CUDA context, NCCL buffers, allocator fragmentation
   * loading: a learner that loads each model in fp32 and moves it to the GPU whole before sharding
     it peaks at ``4 P`` plus what is already resident; a sharded learner (W > 1, mixed precision or
-    cpu_offload) that builds its models on the meta device (``LearnerRank.meta_init``) never holds
+    cpu_offload) that builds its models on the meta device (:data:`SHARDED_META_INIT`) never holds
     a full copy on the GPU, so the term is 0 there
 vLLM engine, on ``engine.gpu_memory_utilization x GPU`` (vLLM's own budget: its weights, activations,
 CUDA graphs and KV cache must fit in it, and it refuses to start with less free memory than that)
@@ -101,6 +101,13 @@ from ragen2.cluster.shapes import KNOWN_SHAPES, ModelShape, model_shape
 from ragen2.config import Config
 
 GiB = 2**30
+
+#: Sharded learner ranks build their models on the meta device and fill them from rank 0, so none
+#: holds a full copy on its GPU while loading (``LearnerRank.meta_init``, the learner's own switch:
+#: only a comparison of the two paths turns it off; tests/learner/test_rank_state.py checks that
+#: the two agree)
+SHARDED_META_INIT = True
+
 LEARNER_OVERHEAD = 2 * GiB
 ENGINE_OVERHEAD = 2 * GiB
 ENGINE_CONTEXT = 1 * GiB  # outside gpu_memory_utilization: CUDA context, NCCL
@@ -228,7 +235,7 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
     update["logits"] = n_tok * shape.vocab_size * logits_bytes_per_logit(compute_b,
                                                                         alg.entropy_coef > 0)
     sharded = w > 1 or cfg.model.dtype != "float32" or offload
-    load_peak = (0.0 if offload or (sharded and _meta_init())
+    load_peak = (0.0 if offload or (sharded and SHARDED_META_INIT)
                  else 4 * max(p, pc if critic else 0) + sum(resident.values()))
 
     b = MemoryBudget(model=shape.name or cfg.model.path or cfg.model.name, params=p,
@@ -356,15 +363,6 @@ def _episodes_per_worker(cfg: Config) -> int:
     ro, workers = cfg.rollout, max(1, cfg.rollout.num_workers)
     return max(math.ceil(ro.env_groups * ro.group_size / workers),
                math.ceil(cfg.trainer.eval_episodes / workers))
-
-
-def _meta_init() -> bool:
-    """Whether sharded learner ranks build their models on the meta device (no full GPU copy)."""
-    try:
-        from ragen2.learner.rank import LearnerRank
-    except ImportError:
-        return False
-    return bool(getattr(LearnerRank, "meta_init", False))
 
 
 def _judge(cfg: Config, b: MemoryBudget) -> None:

@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ragen2.collapse.mi import dense_ids
+from ragen2.collapse.mi_inputs import dense_ids
 from ragen2.rollout.trajectory import Trajectory
 
 __all__ = ["ActionInputs", "build_action_inputs", "conditional_mutual_information", "group_layout",

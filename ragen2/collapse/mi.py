@@ -32,6 +32,9 @@ from collections.abc import Hashable, Sequence
 import torch
 from torch import Tensor
 
+from ragen2.collapse.mi_inputs import (as_index_vector, as_score_matrix, check_eps, check_ks,
+                                       check_matched_finite, first_where, key_ids)
+
 __all__ = [
     "EMA",
     "bootstrap_intervals",
@@ -41,108 +44,6 @@ __all__ = [
     "permutation_null",
     "resample_statistics",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# validation helpers
-# --------------------------------------------------------------------------------------------
-def _as_score_matrix(x, name: str) -> Tensor:
-    x = torch.as_tensor(x)
-    if x.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D (S samples, N prompts) tensor, got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor of log-likelihoods, got dtype {x.dtype}")
-    if x.shape[0] < 1:
-        raise ValueError(f"{name} needs at least one sample (row), got shape {tuple(x.shape)}")
-    if x.shape[1] < 2:
-        raise ValueError(
-            f"{name} needs at least 2 prompts (columns) for mutual information, got {x.shape[1]}"
-        )
-    x = x.detach().to(torch.float64)
-    if torch.isnan(x).any():
-        raise ValueError(f"{name} contains NaN at (sample, prompt) {_first_where(torch.isnan(x))}")
-    if torch.isposinf(x).any():
-        raise ValueError(
-            f"{name} contains +inf at (sample, prompt) {_first_where(torch.isposinf(x))}; "
-            "allowed: finite values, or -inf for a prompt under which a sample is impossible"
-        )
-    return x
-
-
-def _first_where(mask: Tensor) -> list[tuple[int, ...]]:
-    idx = mask.nonzero()[:5]
-    return [tuple(int(v) for v in row) for row in idx]
-
-
-def _as_index_vector(x, name: str, length: int, upper: int, upper_name: str) -> Tensor:
-    x = torch.as_tensor(x)
-    if x.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of prompt indices, got shape {tuple(x.shape)}")
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer prompt indices (torch.long), got dtype {x.dtype}")
-    if x.shape[0] != length:
-        raise ValueError(f"{name} has {x.shape[0]} entries but there are {length} samples (rows)")
-    x = x.long()
-    bad = (x < 0) | (x >= upper)
-    if bad.any():
-        s = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"{name}[{s}] = {int(x[s])} is out of range; allowed: 0 <= {name} < {upper_name} = {upper}"
-        )
-    return x
-
-
-def _check_ks(ks) -> tuple[int, ...]:
-    if isinstance(ks, int):
-        ks = (ks,)
-    ks = tuple(ks)
-    if not ks:
-        raise ValueError("ks must name at least one k for retrieval_acc@k, e.g. ks=(1,)")
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"every k in ks must be an integer >= 1, got {k!r}")
-    return ks
-
-
-def _check_eps(eps: float) -> float:
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
-    return float(eps)
-
-
-def dense_ids(values: Sequence[Hashable], name: str, hint: str = "") -> Tensor:
-    """(len(values),) long: equal values -> equal id, ids in order of first appearance.
-
-    ``name`` and ``hint`` word the error for an unhashable value (``name[i] = v is not hashable``).
-    """
-    seen: dict = {}
-    out = []
-    for i, v in enumerate(values):
-        try:
-            out.append(seen.setdefault(v, len(seen)))
-        except TypeError:
-            raise ValueError(f"{name}[{i}] = {v!r} is not hashable{hint}") from None
-    return torch.tensor(out, dtype=torch.long)
-
-
-def _key_ids(prompt_keys: Sequence[Hashable], n: int | None) -> Tensor:
-    """:func:`dense_ids` of ``prompt_keys``, checked to name ``n`` prompts when ``n`` is given."""
-    keys = list(prompt_keys)
-    if n is not None and len(keys) != n:
-        raise ValueError(f"prompt_keys has {len(keys)} entries but logp has {n} prompts (columns)")
-    return dense_ids(keys, "prompt_keys", "; use e.g. the prompt text or env seed")
-
-
-def _check_matched_finite(scores: Tensor, own: Tensor, name: str, where: str) -> None:
-    matched = scores.gather(1, own[:, None]).squeeze(1)
-    bad = ~torch.isfinite(matched)
-    if bad.any():
-        rows = [int(s) for s in bad.nonzero()[:5, 0]]
-        raise ValueError(
-            f"{name} is -inf at {where} for sample(s) {rows}: a reasoning sample must have a finite "
-            "log-likelihood under its own prompt (it was generated from it); -inf is only allowed "
-            "for other prompts"
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,13 +167,13 @@ def mutual_information(
             -inf at a sample's own prompt; owner not 1-D integer of length S or out of [0, N);
             prompt_keys of the wrong length or unhashable; bad ks or eps.
     """
-    scores = _as_score_matrix(logp, "logp")
+    scores = as_score_matrix(logp, "logp")
     S, N = scores.shape
-    own = _as_index_vector(owner, "owner", S, N, "N").to(scores.device)
-    ks = _check_ks(ks)
-    eps = _check_eps(eps)
-    _check_matched_finite(scores, own, "logp", "its owner column logp[s, owner[s]]")
-    classes = None if prompt_keys is None else _key_ids(prompt_keys, N)[None, :].expand(S, N)
+    own = as_index_vector(owner, "owner", S, N, "N").to(scores.device)
+    ks = check_ks(ks)
+    eps = check_eps(eps)
+    check_matched_finite(scores, own, "logp", "its owner column logp[s, owner[s]]")
+    classes = None if prompt_keys is None else key_ids(prompt_keys, N)[None, :].expand(S, N)
     return _metrics(scores, own, classes, ks, eps)
 
 
@@ -301,7 +202,7 @@ def choose_negatives(
         raise ValueError(f"max_negatives must be an integer >= 1, got {max_negatives!r}")
     own_t = torch.as_tensor(owner)
     length = own_t.shape[0] if own_t.dim() == 1 else -1
-    own = _as_index_vector(own_t, "owner", length, n_prompts, "n_prompts")
+    own = as_index_vector(own_t, "owner", length, n_prompts, "n_prompts")
     S = own.shape[0]
     k = 1 + min(max_negatives, n_prompts - 1)
     gen_device = generator.device if generator is not None else torch.device("cpu")
@@ -343,7 +244,7 @@ def mutual_information_subsampled(
         ValueError: shapes differ / not 2-D, K < 2, non-integer or negative cols, a prompt listed
             twice in one row, cols beyond prompt_keys, or the value checks of the full estimator.
     """
-    scores = _as_score_matrix(logp_sub, "logp_sub")
+    scores = as_score_matrix(logp_sub, "logp_sub")
     S, K = scores.shape
     cols_t = torch.as_tensor(cols)
     if tuple(cols_t.shape) != (S, K):
@@ -353,8 +254,8 @@ def mutual_information_subsampled(
     cols_t = cols_t.long().cpu()
     if (cols_t < 0).any():
         raise ValueError(f"cols must be >= 0 (prompt indices), found {int(cols_t.min())}")
-    ks = _check_ks(ks)
-    eps = _check_eps(eps)
+    ks = check_ks(ks)
+    eps = check_eps(eps)
     order = cols_t.argsort(dim=1, stable=True)
     cols_sorted = cols_t.gather(1, order)
     dup = cols_sorted[:, 1:] == cols_sorted[:, :-1]
@@ -367,16 +268,16 @@ def mutual_information_subsampled(
     scores = scores.gather(1, order.to(scores.device))
     # where the owner (original column 0) went after sorting
     own = (order == 0).long().argmax(dim=1).to(scores.device)
-    _check_matched_finite(scores, own, "logp_sub", "column 0 (the sample's own prompt)")
+    check_matched_finite(scores, own, "logp_sub", "column 0 (the sample's own prompt)")
     classes = None
     if prompt_keys is not None:
-        key_ids = _key_ids(prompt_keys, None)
-        if int(cols_t.max()) >= key_ids.shape[0]:
+        ids = key_ids(prompt_keys, None)
+        if int(cols_t.max()) >= ids.shape[0]:
             raise ValueError(
                 f"cols refers to prompt {int(cols_t.max())} but prompt_keys has only "
-                f"{key_ids.shape[0]} entries; allowed: 0 <= cols < len(prompt_keys)"
+                f"{ids.shape[0]} entries; allowed: 0 <= cols < len(prompt_keys)"
             )
-        classes = key_ids[cols_sorted]
+        classes = ids[cols_sorted]
     return _metrics(scores, own, classes, ks, eps)
 
 
@@ -411,13 +312,13 @@ def permutation_null(
     """
     if isinstance(num_permutations, bool) or not isinstance(num_permutations, int) or num_permutations < 1:
         raise ValueError(f"num_permutations must be an integer >= 1, got {num_permutations!r}")
-    scores = _as_score_matrix(logp, "logp")
+    scores = as_score_matrix(logp, "logp")
     S, N = scores.shape
-    own = _as_index_vector(owner, "owner", S, N, "N").to(scores.device)
+    own = as_index_vector(owner, "owner", S, N, "N").to(scores.device)
     if torch.isneginf(scores).any():
         raise ValueError(
             f"permutation_null needs every entry of logp finite (a shuffled pairing can land on any "
-            f"cell), found -inf at (sample, prompt) {_first_where(torch.isneginf(scores))}"
+            f"cell), found -inf at (sample, prompt) {first_where(torch.isneginf(scores))}"
         )
     marginal_mean = (torch.logsumexp(scores, dim=1) - math.log(N)).mean()
     observed = scores.gather(1, own[:, None]).squeeze(1).mean() - marginal_mean
@@ -468,13 +369,13 @@ def bootstrap_intervals(
         raise ValueError(f"num_resamples must be an integer >= 2, got {num_resamples!r}")
     if not (isinstance(level, (int, float)) and 0.0 < level < 1.0):
         raise ValueError(f"level must be a coverage in (0, 1), got {level!r}")
-    scores = _as_score_matrix(logp, "logp")
+    scores = as_score_matrix(logp, "logp")
     S, N = scores.shape
-    own = _as_index_vector(owner, "owner", S, N, "N").to(scores.device)
+    own = as_index_vector(owner, "owner", S, N, "N").to(scores.device)
     if not torch.isfinite(scores).all():
         raise ValueError(
             f"bootstrap_intervals needs every entry of logp finite, found a non-finite one at "
-            f"(sample, prompt) {_first_where(~torch.isfinite(scores))}")
+            f"(sample, prompt) {first_where(~torch.isfinite(scores))}")
     gen_device = generator.device if generator is not None else torch.device("cpu")
     draws = torch.randint(N, (num_resamples, N), generator=generator, device=gen_device)
     counts = torch.zeros((num_resamples, N), dtype=torch.float64, device=scores.device)

@@ -270,7 +270,7 @@ class VLLMEngine:
         weight to the CPU each step, ~6 GB per 3B engine, only for the push to overwrite them).
         vLLM keeps the model's buffers (e.g. rotary tables) across a level-2 sleep. The caller
         must push every weight before generating again: :meth:`wake_up` ``["weights"]``, the
-        push, then ``["kv_cache"]`` (``Controller.push_weights``).
+        push, then ``["kv_cache"]`` (``ragen2.controller.weights.Weights.push``).
         """
         if self.options.sleep_mode and not self.asleep:
             self.llm.sleep(level=2)

@@ -7,8 +7,8 @@ passes (short ranks get all-masked dummy rows) because FSDP's collectives must m
 computes logits from the first trained position on only, or shares the rows' common prompts
 (``learner.shared_prefix``, :mod:`ragen2.learner.prefix`).
 
-Functions here take the rank (:class:`ragen2.learner.rank.LearnerRank`) for its device, world,
-models and settings.
+Functions here take the rank's state (:class:`~ragen2.learner.rank_state.RankState`) for its device,
+world, models and settings.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,9 +28,7 @@ from ragen2.learner.fsdp import gathered
 from ragen2.learner.lora import adapter_dropout
 from ragen2.learner.microbatch import plan_token_micro_batches
 from ragen2.learner.prefix import PrefixPlan, plan_shared_prefix, shared_prefix_logits, to_positions
-
-if TYPE_CHECKING:
-    from ragen2.learner.rank import LearnerRank
+from ragen2.learner.rank_state import RankState
 
 
 @dataclass
@@ -59,7 +57,7 @@ def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     return "logits_to_keep" in inspect.signature(type(model).forward).parameters
 
 
-def rank_rows(rank: LearnerRank, mb: np.ndarray) -> Rows:
+def rank_rows(rank: RankState, mb: np.ndarray) -> Rows:
     """This rank's contiguous share of mini-batch ``mb`` (a group's rows stay together where
     they can), padded with dummy rows to the same count on every rank."""
     per_rank = -(-len(mb) // rank.world_size)
@@ -82,7 +80,7 @@ def host_tensors(batch: TrainingBatch, rows: Rows, *fields: str) -> list[torch.T
     return out
 
 
-def to_device(rank: LearnerRank, t: torch.Tensor) -> torch.Tensor:
+def to_device(rank: RankState, t: torch.Tensor) -> torch.Tensor:
     """A host tensor on the rank's device. On CUDA through pinned memory and without blocking:
     a blocking copy from pageable memory synchronises the stream, which would drain the queued
     forward and backward passes once per micro-batch."""
@@ -91,7 +89,7 @@ def to_device(rank: LearnerRank, t: torch.Tensor) -> torch.Tensor:
     return t.pin_memory().to(rank.device, non_blocking=True)
 
 
-def tensors(rank: LearnerRank, batch: TrainingBatch, rows: Rows, *fields: str) -> list[torch.Tensor]:
+def tensors(rank: RankState, batch: TrainingBatch, rows: Rows, *fields: str) -> list[torch.Tensor]:
     """:func:`host_tensors` on the rank's device."""
     return [to_device(rank, t) for t in host_tensors(batch, rows, *fields)]
 
@@ -135,7 +133,7 @@ def scales(batch: TrainingBatch, rows: Rows) -> torch.Tensor | None:
     return torch.from_numpy(np.asarray(batch.temperature_scales, np.float32)[rows.index])
 
 
-def micro_batches(rank: LearnerRank, batch: TrainingBatch, mb: np.ndarray) -> list[Rows]:
+def micro_batches(rank: RankState, batch: TrainingBatch, mb: np.ndarray) -> list[Rows]:
     """This rank's micro-batches of mini-batch ``mb`` (row ids); the same count on every rank.
 
     ``learner.micro_batch_tokens > 0``: at most that many padded tokens each
@@ -152,7 +150,7 @@ def micro_batches(rank: LearnerRank, batch: TrainingBatch, mb: np.ndarray) -> li
             for g in groups]
 
 
-def forward(rank: LearnerRank, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
+def forward(rank: RankState, model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor,
             mask: torch.Tensor, row_scales: torch.Tensor | None = None, *, entropy: bool = False,
             entropy_grad: bool = False, plan: PrefixPlan | None = None,
             facts: MaskFacts | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -198,7 +196,7 @@ def forward(rank: LearnerRank, model: torch.nn.Module, ids: torch.Tensor, attn: 
     return to_positions(lp, offset, t), to_positions(ent, offset, t)
 
 
-def prefix_plan(rank: LearnerRank, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
+def prefix_plan(rank: RankState, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor,
                 ) -> PrefixPlan | None:
     """The shared-prefix plan of a micro-batch (``learner.shared_prefix``), or None.
 
@@ -220,12 +218,12 @@ def prefix_plan(rank: LearnerRank, ids: torch.Tensor, attn: torch.Tensor, mask: 
     return None if plan is None else plan.to(lambda t: to_device(rank, t))
 
 
-def holding(rank: LearnerRank, plan: PrefixPlan | None) -> Any:
+def holding(rank: RankState, plan: PrefixPlan | None) -> Any:
     """Context of a micro-batch's forward + backward: FSDP keeps the parameters gathered when
     the forward shares prefixes (:func:`ragen2.learner.fsdp.gathered`)."""
     return gathered(rank.model) if plan is not None else nullcontext()
 
 
-def train_mode(rank: LearnerRank) -> Any:
+def train_mode(rank: RankState) -> Any:
     """Context of a gradient pass of the policy: LoRA's adapter dropout on (if any)."""
     return adapter_dropout(rank.model) if rank.lora_dropout else nullcontext()

@@ -3,7 +3,7 @@
 **Initialisation on the meta device** (:func:`materialise_sharded`, used by every sharded learner
 model: policy, LoRA policy, reference, critic). Only rank 0 reads the checkpoint into host memory
 (:func:`source_state`); every rank (rank 0 included) builds the model's skeleton on the meta device
-(:func:`meta_init`: no memory, no initialisation kernels, no draw from the global RNG), shards it,
+(:func:`ragen2.models.loading.meta_init`: no memory, no initialisation kernels, no draw from the global RNG), shards it,
 and receives each full tensor in turn from rank 0 (``set_model_state_dict(...,
 broadcast_from_rank0=True)``), keeping only its shard. Host memory: one full model on rank 0 (the
 policy's copy also fills the reference), none on the others; device memory: the shards plus one
@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from ragen2.models.loading import meta_init
 
 
 def shard_model(model: nn.Module, *, shard: bool = True, mixed_precision: str | None = None,
@@ -134,14 +136,6 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=opts)
 
 
-@contextmanager
-def meta_init() -> Iterator[None]:
-    """Build modules inside the block on the meta device (shapes only), leaving the CPU RNG as it
-    was (initialisers do not draw on meta tensors, but a model's constructor may seed or draw)."""
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        yield
-
-
 @dataclass
 class SourceState:
     """Rank 0's values of a model built on the meta device: its state dict and the non-persistent
@@ -179,7 +173,7 @@ def _tied_groups(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
 def materialise_sharded(model: nn.Module, source: SourceState | None, device: torch.device, *,
                         mixed_precision: str | None = None, activation_checkpointing: bool = False,
                         cpu_offload: bool = False) -> nn.Module:
-    """Shard ``model`` (built under :func:`meta_init` on every rank) and fill it from rank 0.
+    """Shard ``model`` (built under :func:`~ragen2.models.loading.meta_init` on every rank) and fill it from rank 0.
 
     Collective: every rank calls it for the same models in the same order; rank 0 passes the
     :class:`SourceState` of a real copy (e.g. loaded with ``from_pretrained``), the others None.

@@ -14,6 +14,20 @@ from ragen2.cluster import Placement
 from ragen2.config import Config
 from ragen2.learner.rank import LearnerRank
 from ragen2.learner.settings import LearnerSettings
+from ragen2.run_state import UpdateOutcome, UpdateResult
+
+
+def update_outcome(metrics: dict[str, float]) -> UpdateOutcome:
+    """What one RL update did, from the metrics the ranks return (the learner's own names, read
+    here once so that no caller decides on a metric name)."""
+    return UpdateOutcome(optimizer_steps=int(metrics["actor/optimizer_steps"]),
+                         nonfinite_skipped=int(metrics["actor/nonfinite_skipped"]))
+
+
+def sft_outcome(metrics: dict[str, float]) -> UpdateOutcome:
+    """What one warm-start step did (one optimiser step, or none when skipped)."""
+    skipped = int(metrics["warm_start/nonfinite_skipped"])
+    return UpdateOutcome(optimizer_steps=1 - skipped, nonfinite_skipped=skipped)
 
 
 class LearnerGroup:
@@ -21,7 +35,7 @@ class LearnerGroup:
                  placement: Placement | None = None,
                  settings: LearnerSettings | None = None, cores: Sequence[int] = ()) -> None:
         """``settings``: what the ranks need from other config sections (the controller's
-        :func:`ragen2.controller.learner_settings`; default: temperature 1, no Dr.GRPO constant);
+        :func:`ragen2.controller.actors.learner_settings`; default: temperature 1, no Dr.GRPO constant);
         ``cores``: the cores every rank is pinned to (``cluster.layout=split`` on the CPU)."""
         settings = settings if settings is not None else LearnerSettings()
         world = cfg.cluster.learner_world_size
@@ -41,13 +55,16 @@ class LearnerGroup:
         """Run ``method`` on every rank (they are collective) and return all results."""
         return ray.get([getattr(a, method).remote(*args) for a in self.ranks])
 
-    def update(self, batch_ref: Any, step: int) -> dict[str, float]:
-        """One RL update on a :class:`ragen2.batch.TrainingBatch` (an object ref); its metrics."""
-        return self._all("update", batch_ref, step)[0]
+    def update(self, batch_ref: Any, step: int) -> UpdateResult:
+        """One RL update on a :class:`ragen2.batch.TrainingBatch` (an object ref): its metrics
+        and its outcome (optimiser steps applied, mini-batches skipped for a nan/inf)."""
+        metrics = self._all("update", batch_ref, step)[0]
+        return UpdateResult(metrics, update_outcome(metrics))
 
-    def sft_step(self, batch_ref: Any, rows: Any, lr: float) -> dict[str, float]:
-        """One warm-start behaviour-cloning step on ``rows`` of the batch; its metrics."""
-        return self._all("sft_step", batch_ref, rows, lr)[0]
+    def sft_step(self, batch_ref: Any, rows: Any, lr: float) -> UpdateResult:
+        """One warm-start behaviour-cloning step on ``rows`` of the batch: metrics and outcome."""
+        metrics = self._all("sft_step", batch_ref, rows, lr)[0]
+        return UpdateResult(metrics, sft_outcome(metrics))
 
     def grad_snr(self, batch_ref: Any, buckets: Any) -> dict[str, float]:
         """Gradient norms of the loss terms per bucket of rows (no optimiser step)."""
@@ -97,6 +114,10 @@ class LearnerGroup:
         ``rank.named_weights()``, since every rank runs it.
         """
         return ray.get([a.run.remote(fn, *args, **kwargs) for a in self.ranks])
+
+    def export_names(self) -> list[str]:
+        """The HF names of every weight the learner exports to the engines, in export order."""
+        return self._all("export_names")[0]
 
     def logprobs(self, ids: list[int]) -> list[float]:
         """Raw per-token logprobs of ``ids[1:]`` under the current policy (rank 0's result)."""

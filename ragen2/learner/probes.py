@@ -15,15 +15,15 @@ from ragen2.algos.advantages import AdvantageInputs
 from ragen2.algos.objective import (LossInputs, assign_credit, entropy_term, kl_term, needs_critic,
                                     policy_term, snr_gate)
 from ragen2.batch import TrainingBatch
-from ragen2.learner.forward import holding, micro_batches, tensors
+from ragen2.learner.forward import forward, holding, micro_batches, prefix_plan, tensors
 from ragen2.learner.fsdp import full_tensor
+from ragen2.learner.rank_state import RankState
 
 if TYPE_CHECKING:
     from ragen2.cluster.shapes import ModelShape
-    from ragen2.learner.rank import LearnerRank
 
 
-def grad_snr(rank: LearnerRank, batch: TrainingBatch, buckets: np.ndarray) -> dict[str, float]:
+def grad_snr(rank: RankState, batch: TrainingBatch, buckets: np.ndarray) -> dict[str, float]:
     """Per reward-spread bucket, the gradient norms of the task, entropy and KL terms.
 
     ``buckets`` (N,) gives each row's bucket (-1 = not measured). For every bucket and term a
@@ -53,10 +53,10 @@ def grad_snr(rank: LearnerRank, batch: TrainingBatch, buckets: np.ndarray) -> di
                 ids, attn, mask, tok_r = tensors(rank, batch, micro, "input_ids", "attention_mask",
                                                  "loss_mask", "token_rewards")
                 rows = torch.from_numpy(micro.index)
-                share = rank._prefix_plan(ids, attn, mask)
+                share = prefix_plan(rank, ids, attn, mask)
                 with holding(rank, share):
-                    lp, ent = rank._forward(rank.model, ids, attn, mask, entropy=term == "entropy",
-                                            entropy_grad=True, plan=share)
+                    lp, ent = forward(rank, rank.model, ids, attn, mask, entropy=term == "entropy",
+                                      entropy_grad=True, plan=share)
                     x = LossInputs(lp, lp.detach(), lp.new_zeros(()), mask, entropy=ent,
                                    regulariser_weights=(None if gate is None else
                                                         gate[rows].to(rank.device).unsqueeze(1)),
@@ -69,7 +69,7 @@ def grad_snr(rank: LearnerRank, batch: TrainingBatch, buckets: np.ndarray) -> di
                         loss = entropy_term(x)
                     else:
                         with torch.no_grad():
-                            x.ref_logprobs, _ = rank._forward(rank.ref, ids, attn, mask, plan=share)
+                            x.ref_logprobs, _ = forward(rank, rank.ref, ids, attn, mask, plan=share)
                         loss = kl_term(x, a)
                     (loss * rank.world_size).backward()
             norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(rank.trainable, float("inf"))))
@@ -82,7 +82,7 @@ def grad_snr(rank: LearnerRank, batch: TrainingBatch, buckets: np.ndarray) -> di
     return out
 
 
-def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list[int]],
+def score(rank: RankState, contexts: list[list[int]], continuations: list[list[int]],
           columns: np.ndarray, chunk: int = 64) -> list[tuple[int, int, float, int]]:
     """log p(continuations[s] | contexts[columns[s, k]]) for this rank's share (collective).
 
@@ -132,7 +132,7 @@ def score(rank: LearnerRank, contexts: list[list[int]], continuations: list[list
     return out
 
 
-def score_memory(rank: LearnerRank) -> tuple[int, ModelShape, int] | None:
+def score_memory(rank: RankState) -> tuple[int, ModelShape, int] | None:
     """The scorer's room on this device when ``monitor.score_tokens`` is null and the learner is
     on CUDA: (bytes, the model's shape, compute bytes), the room being the free memory less what
     the engine beside it may still take (``LearnerSettings.score_reserve_bytes``) and
@@ -159,7 +159,7 @@ def score_memory(rank: LearnerRank) -> tuple[int, ModelShape, int] | None:
     return room, shape, {"float32": 4}.get(rank.cfg.model.dtype, 2)
 
 
-def score_budget(rank: LearnerRank, context: int, width: int, rows: int,
+def score_budget(rank: RankState, context: int, width: int, rows: int,
                  memory: tuple[int, ModelShape, int] | None | str = "ask") -> int:
     """The scorer's slice budget for one item, ``rows`` continuations of at most ``width`` tokens
     under a ``context``-token prompt (:func:`ragen2.learner.scoring.slice_budget`):
@@ -176,7 +176,7 @@ def score_budget(rank: LearnerRank, context: int, width: int, rows: int,
                         per_row=shape.scorer_bytes_per_row(b, context), free=room, margin=0)
 
 
-def logprobs(rank: LearnerRank, ids: list[int]) -> list[float] | None:
+def logprobs(rank: RankState, ids: list[int]) -> list[float] | None:
     """Raw log p(ids[t] | ids[:t]) for t = 1 .. len(ids) - 1 under the current policy.
 
     Temperature 1, no per-row scaling: what an engine reports for the same tokens (the

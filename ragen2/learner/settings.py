@@ -2,7 +2,7 @@
 
 The learner reads its own sections (``algorithm``, ``learner``, ``model``, ``cluster``,
 ``monitor.score_tokens``) and this record; it never reads ``engine``, ``rollout`` or ``filter``.
-The controller resolves it when it composes the run (:func:`ragen2.controller.learner_settings`);
+The controller resolves it when it composes the run (:func:`ragen2.controller.actors.learner_settings`);
 the filter's per-sample decisions travel in the batch (:class:`ragen2.batch.TrainingBatch`).
 """
 

@@ -16,7 +16,7 @@ RNG states); with another, the weights and optimiser state are the same but redu
 in another order, and a rank without an RNG file of its own starts from rank 0's.
 
 ``policy.pt`` / ``critic.pt`` / ``ref.pt`` (full state dicts, the format before) still load
-(:meth:`ragen2.learner.rank.LearnerRank.load`); :func:`read_model_state` reads a policy in either
+(:func:`ragen2.learner.state.load`); :func:`read_model_state` reads a policy in either
 format without a process group (``ragen2 export``).
 """
 
@@ -31,10 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ragen2.learner.rank_state import RankState
+
 log = logging.getLogger(__name__)
 
 
-def _parts(rank: Any) -> dict[str, tuple[Any, Any]]:
+def _parts(rank: RankState) -> dict[str, tuple[Any, Any]]:
     """{part: (model, optimiser or None)} of this learner (absent models left out)."""
     parts = {"policy": (rank.model, rank.optim)}
     if rank.critic is not None:
@@ -44,7 +46,7 @@ def _parts(rank: Any) -> dict[str, tuple[Any, Any]]:
     return parts
 
 
-def _state(rank: Any, name: str, model: Any, optim: Any) -> dict[str, Any]:
+def _state(rank: RankState, name: str, model: Any, optim: Any) -> dict[str, Any]:
     """The sharded state dict DCP writes or fills for one part (tensors are local shards)."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_state_dict)
@@ -60,7 +62,7 @@ def _state(rank: Any, name: str, model: Any, optim: Any) -> dict[str, Any]:
     return {"model": model_sd, "optim": optim_sd}
 
 
-def save_sharded(rank: Any, directory: str) -> None:
+def save_sharded(rank: RankState, directory: str) -> None:
     """Write this rank's shards of every part into ``directory`` (collective), and its RNG."""
     import torch.distributed.checkpoint as dcp
 
@@ -76,7 +78,7 @@ def is_sharded(directory: str | Path) -> bool:
     return (Path(directory) / "policy" / ".metadata").is_file()
 
 
-def load_sharded(rank: Any, directory: str) -> int:
+def load_sharded(rank: RankState, directory: str) -> int:
     """Fill every part from ``directory`` (collective; any world size), restore the RNG states;
     returns the policy version."""
     import torch.distributed.checkpoint as dcp
@@ -102,7 +104,7 @@ def load_sharded(rank: Any, directory: str) -> int:
     return _load_rng(rank, directory)
 
 
-def _check_policy_keys(rank: Any, path: str, want: set[str]) -> None:
+def _check_policy_keys(rank: RankState, path: str, want: set[str]) -> None:
     """A LoRA checkpoint holds exactly this policy's adapters; a full one holds no adapters."""
     import torch.distributed.checkpoint as dcp
 
@@ -119,7 +121,7 @@ def _check_policy_keys(rank: Any, path: str, want: set[str]) -> None:
                        f"fine-tuning checkpoint?): missing={missing[:3]} unexpected={extra[:3]}")
 
 
-def _load_rng(rank: Any, directory: str) -> int:
+def _load_rng(rank: RankState, directory: str) -> int:
     path = os.path.join(directory, f"rng_rank{rank.rank}.pt")
     if not os.path.exists(path):  # written by fewer ranks: start from rank 0's states
         log.warning("%s missing (the checkpoint was written by fewer learner ranks): rank %d "

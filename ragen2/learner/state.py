@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import os
 import random
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from ragen2.atomic import atomic_write
 from ragen2.learner.fsdp import full_state_dict, load_full_state_dict
+from ragen2.learner.rank_state import RankState
 from ragen2.learner.weights import load_full_weights, named_full_weights
 
-if TYPE_CHECKING:
-    from ragen2.learner.rank import LearnerRank
 
-
-def save_policy(rank: LearnerRank, path: str) -> None:
+def save_policy(rank: RankState, path: str) -> None:
     """Write the full policy weights to ``path`` atomically (collective; rank 0 writes)."""
     sd = full_state_dict(rank.model)
     if rank.rank == 0:
@@ -27,7 +25,7 @@ def save_policy(rank: LearnerRank, path: str) -> None:
             torch.save(sd, f)
 
 
-def load_policy(rank: LearnerRank, path: str) -> None:
+def load_policy(rank: RankState, path: str) -> None:
     """Load what :func:`save_policy` wrote (every rank reads the file)."""
     state = torch.load(path, weights_only=True)
     saved_lora = any(".lora_A." in k for k in state)
@@ -39,7 +37,7 @@ def load_policy(rank: LearnerRank, path: str) -> None:
     load_full_state_dict(rank.model, state)
 
 
-def finish_warm_start(rank: LearnerRank) -> None:
+def finish_warm_start(rank: RankState) -> None:
     """Drop the SFT optimizer; the frozen KL reference becomes the warm-started policy.
 
     With LoRA the reference (a plain model) takes the merged weights (collective).
@@ -55,7 +53,7 @@ def finish_warm_start(rank: LearnerRank) -> None:
             ref_p.copy_(p)
 
 
-def named_weights(rank: LearnerRank, device: str | torch.device = "cpu", dtype: str | None = None,
+def named_weights(rank: RankState, device: str | torch.device = "cpu", dtype: str | None = None,
                   names: list[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full unsharded tensor) for every policy weight, one parameter at a time.
 
@@ -70,17 +68,17 @@ def named_weights(rank: LearnerRank, device: str | torch.device = "cpu", dtype: 
     return named_full_weights(rank.model, device=device, dtype=dt, names=names)
 
 
-def policy_weights(rank: LearnerRank) -> dict[str, np.ndarray] | None:
+def policy_weights(rank: RankState) -> dict[str, np.ndarray] | None:
     """Full fp32 weights as numpy (rank 0; collective). Shipped to rollout workers."""
     out = {}
     # only rank 0 keeps the weights: the others leave theirs where the gather put them
-    for name, t in rank.named_weights(device="cpu" if rank.rank == 0 else rank.device):
+    for name, t in named_weights(rank, device="cpu" if rank.rank == 0 else rank.device):
         if rank.rank == 0:
             out[name] = t.float().numpy().copy()  # never a view of the live weights
     return out if rank.rank == 0 else None
 
 
-def load(rank: LearnerRank, directory: str) -> int:
+def load(rank: RankState, directory: str) -> int:
     """Restore a checkpoint (collective): sharded (any world size) or the full-state-dict
     format written before; returns the policy version."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
@@ -117,7 +115,7 @@ def load(rank: LearnerRank, directory: str) -> int:
     return rank.version
 
 
-def check_policy_keys(rank: LearnerRank, state: dict[str, Any], directory: str) -> None:
+def check_policy_keys(rank: RankState, state: dict[str, Any], directory: str) -> None:
     """A LoRA checkpoint holds exactly this policy's adapters; a full one holds no adapters."""
     if not rank.lora:
         if any(".lora_A." in k for k in state):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -94,8 +95,6 @@ def empty_causal_lm(
     torch_dtype = resolve_dtype(dtype)
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ragen2.learner.fsdp import meta_init
-
     source, is_local = _source(path_or_name, "model")
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
@@ -109,6 +108,16 @@ def empty_causal_lm(
     with meta_init():
         model = AutoModelForCausalLM.from_config(config, **kwargs)
     return model.eval()
+
+
+@contextmanager
+def meta_init() -> Iterator[None]:
+    """Build modules inside the block on the meta device (shapes only), leaving the CPU RNG as it
+    was (initialisers do not draw on meta tensors, but a model's constructor may seed or draw)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        yield
 
 
 def _source(path_or_name: str | os.PathLike[str], what: str) -> tuple[str, bool]:

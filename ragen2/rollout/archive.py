@@ -21,6 +21,8 @@ import json
 from pathlib import Path
 from typing import Collection, Sequence
 
+import numpy as np
+
 from ragen2.atomic import atomic_write
 from ragen2.rollout.parsing import parse_response
 from ragen2.rollout.trajectory import Trajectory
@@ -61,6 +63,15 @@ def save_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory],
         total -= oldest.stat().st_size
         oldest.unlink()
     return path
+
+
+def spread(trajs: Sequence[Trajectory], n: int) -> list[Trajectory]:
+    """``n`` trajectories spread evenly over the list (so every env of a mixture shows up): the
+    episodes a samples file shows."""
+    if n <= 0 or not trajs:
+        return []
+    idx = np.unique(np.linspace(0, len(trajs) - 1, min(n, len(trajs))).round().astype(int))
+    return [trajs[i] for i in idx]
 
 
 def outcome_record(t: Trajectory) -> dict:

@@ -11,6 +11,8 @@ from ragen2.engines.base import SamplingParams
 from ragen2.rollout.runner import (DemonstrationPolicy, EngineTurnPolicy, EpisodeSpec,
                                    run_episodes)
 from ragen2.rollout.trajectory import Trajectory
+from ragen2.sync.base import WeightSyncError
+from ragen2.sync.probe import Continuation
 
 #: what a rollout call returns: the trajectories (in spec order) and wall-time stats
 RolloutResult = tuple[list[Trajectory], dict[str, float]]
@@ -28,6 +30,17 @@ def sampling_params(cfg: Config, seed: int, evaluation: bool = False) -> Samplin
                           max_new_tokens=e.max_new_tokens, stop=tuple(e.stop), seed=seed)
 
 
+def greedy_continuation(engine: Any, ids: Sequence[int], new_tokens: int,
+                        top_k: int) -> Continuation:
+    """The engine's greedy continuation of ``ids`` with its top-k logprobs at every position: the
+    engine's half of the post-sync probe (:mod:`ragen2.sync.probe`)."""
+    params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens, stop=(), top_logprobs=top_k)
+    g = engine.generate([list(ids)], params)[0]
+    if g.top_logprobs is None:
+        raise WeightSyncError(f"{type(engine).__name__} returned no top logprobs")
+    return g.token_ids, g.top_logprobs
+
+
 class RolloutWorker:
     def __init__(self, cfg: Config, model_path: str, worker_id: int, threads: int = 0,
                  cores: Sequence[int] = ()) -> None:
@@ -43,6 +56,9 @@ class RolloutWorker:
         from ragen2.rollout.envs import all_entries, format_penalties, make_env
 
         self.cfg, self.worker_id = cfg, worker_id
+        #: what a weight-sync strategy running here keeps between its calls, by strategy
+        #: (``nccl``: :class:`~ragen2.sync.nccl.WeightGroup`)
+        self.sync_state: dict[str, Any] = {}
         self.engine = ENGINES.get(cfg.engine.name)(
             model_path, dtype=cfg.model.dtype, device=cfg.cluster.device,
             trust_remote_code=cfg.model.trust_remote_code, options=cfg.engine,
@@ -72,6 +88,10 @@ class RolloutWorker:
 
     def policy_version(self) -> int:
         return self.engine.policy_version
+
+    def probe_continuation(self, ids: Sequence[int], new_tokens: int, top_k: int) -> Continuation:
+        """The post-sync probe's worker side (:func:`greedy_continuation` of this engine)."""
+        return greedy_continuation(self.engine, ids, new_tokens, top_k)
 
     def _run(self, specs: Sequence[EpisodeSpec], policy, max_turns: int | None = None) -> RolloutResult:
         r, stats = self.cfg.rollout, {}

@@ -58,6 +58,14 @@ class BucketSync:
         self.workers[index] = worker
 
 
+def sync_state(holder: Any) -> dict[str, Any]:
+    """What the strategies keep in one process between their calls, by strategy (``cuda_ipc``: the
+    bucket the engines are loading; ``nccl``: the broadcast group): the ``sync_state`` of the
+    holder their code runs on. A learner rank and a rollout worker declare it; a vLLM worker,
+    whose class is vLLM's, gets it here."""
+    return holder.__dict__.setdefault("sync_state", {})
+
+
 def iter_buckets(pairs: Iterable[tuple[str, "torch.Tensor"]],
                  bucket_bytes: int) -> Iterator[list[tuple[str, "torch.Tensor"]]]:
     """Group ``(name, tensor)`` pairs, in order, into lists of at most ``bucket_bytes`` bytes.

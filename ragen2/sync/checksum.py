@@ -85,13 +85,7 @@ def shard_of(full: Any, shape: Sequence[int], tp_rank: int, tp_size: int) -> Any
 
 
 # ---------------------------------------------------------------------------- the two sides
-def export_names(rank: Any) -> list[str] | None:
-    """Learner side (rank 0 answers): the names of every exported tensor, in export order."""
-    from ragen2.learner.weights import export_plan
-
-    return [e.name for e in export_plan(rank.model)] if rank.rank == 0 else None
-
-
+# (which tensors exist, in export order, the learner says itself: ``LearnerGroup.export_names``)
 def engine_reports(worker: Any, names: Sequence[str]) -> list[Report]:
     """Worker side: one :data:`Report` per engine process (vLLM: each of its workers, through
     the worker extension; HF: the engine's model)."""

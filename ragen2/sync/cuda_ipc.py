@@ -17,9 +17,10 @@ Everything up to ``rebuild_cuda_tensor`` is tested on CPU with the handle layer 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, iter_buckets, sync_state
 
 #: ``torch.multiprocessing.reductions.rebuild_cuda_tensor``'s parameters, in its order (what
 #: ``reduce_tensor`` returns with it for a CUDA tensor; checked against torch in the tests)
@@ -89,6 +90,16 @@ def _set_expandable_segments(on: bool) -> None:
     torch.cuda.memory._set_allocator_settings(f"expandable_segments:{on}")
 
 
+@dataclass
+class SharePush:
+    """A learner rank's side of one push, kept between :func:`share_next_bucket`'s calls (in the
+    rank's ``sync_state``, under ``"cuda_ipc"``)."""
+
+    stream: Iterator[list[tuple[str, Any]]]  # the buckets still to share
+    expandable: bool  # the allocator had expandable segments, switched off for the push
+    buffer: Any = None  # the bucket the engines are loading: kept alive until the next call
+
+
 def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> Share | None:
     """Learner side: ``[gpu uuid, wire share, [[name, shape, numel], ...]]`` of the next bucket,
     or None after the last (which also frees the previous buffer).
@@ -97,28 +108,31 @@ def share_next_bucket(rank: Any, bucket_bytes: int, dtype: str, start: bool) -> 
     memory the engines have released goes back at once rather than piling up over a push.
     Buffers allocated in expandable segments cannot be exported through CUDA IPC, so with
     ``expandable_segments:True`` the allocator is switched to plain segments for the push (the
-    first call) and back after the last bucket (as verl does around its sync).
+    first call) and back after the last bucket (as verl does around its sync). What the push
+    keeps between calls is a :class:`SharePush` in the rank's ``sync_state``.
     """
     import torch
     from torch.multiprocessing import reductions
 
+    push = sync_state(rank).get("cuda_ipc")
     if start:
-        rank._sync_stream = iter_buckets(rank.named_weights("cuda", dtype), bucket_bytes)
-        rank._sync_expandable = expandable_segments_on()
-        if rank._sync_expandable:
+        stream = iter_buckets(rank.named_weights("cuda", dtype), bucket_bytes)
+        push = sync_state(rank)["cuda_ipc"] = SharePush(
+            stream, expandable_segments_on(), push.buffer if push is not None else None)
+        if push.expandable:
             _set_expandable_segments(False)
-    if getattr(rank, "_sync_buffer", None) is not None:
-        rank._sync_buffer = None  # the engines have loaded the previous bucket
+    if push.buffer is not None:
+        push.buffer = None  # the engines have loaded the previous bucket
         torch.cuda.ipc_collect()
-    bucket = next(rank._sync_stream, None)
+    bucket = next(push.stream, None)
     if bucket is None:
-        if getattr(rank, "_sync_expandable", False):
+        if push.expandable:
             _set_expandable_segments(True)
-            rank._sync_expandable = False
+            push.expandable = False
         return None
     flat = torch.cat([t.reshape(-1) for _, t in bucket])
     torch.cuda.synchronize()
-    rank._sync_buffer = flat
+    push.buffer = flat
     uuid = str(torch.cuda.get_device_properties(flat.device).uuid)
     return [uuid, to_wire(reductions.reduce_tensor(flat)),
             [[n, list(t.shape), t.numel()] for n, t in bucket]]

@@ -12,18 +12,34 @@ The vLLM half lives in :mod:`ragen2.engines.vllm_worker` (called by name: see th
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, WeightSyncError, iter_buckets
+from ragen2.sync.base import WEIGHT_SYNCS, BucketSync, WeightSyncError, iter_buckets, sync_state
 
 Layout = list[list[tuple[str, tuple[int, ...], int]]]  # buckets of (name, shape, numel)
 DEFAULT_TIMEOUT_S = 600.0
 
 
+@dataclass
+class WeightGroup:
+    """One member's side of the broadcast group (its holder's ``sync_state["nccl"]``): its rank
+    in the group, the group's size, backend and timeout, who is who (for the errors), the process
+    group, and the rendezvous store, which must outlive the rendezvous."""
+
+    rank: int
+    world: int
+    backend: str
+    timeout_s: float
+    roles: str
+    group: Any = None
+    store: Any = None
+
+
 def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend: str,
                timeout_s: float = DEFAULT_TIMEOUT_S, roles: str = "") -> None:
-    """Create the weight-broadcast process group (stored on ``holder``) without touching the
-    default group of the learner or of vLLM.
+    """Create the weight-broadcast process group (a :class:`WeightGroup` in ``holder``'s
+    ``sync_state``) without touching the default group of the learner or of vLLM.
 
     Every collective on it waits at most ``timeout_s`` (``sync.timeout_s``), the rendezvous
     included; ``roles`` ("rank 0 = learner rank 0, ranks 1-2 = rollout worker 0, ...") goes
@@ -34,8 +50,7 @@ def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend
     from ragen2.cluster.rendezvous import join_store
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    holder._weight_sync_info = {"rank": rank, "world": world, "backend": backend,
-                                "timeout_s": timeout_s, "roles": roles}
+    member = sync_state(holder)["nccl"] = WeightGroup(rank, world, backend, timeout_s, roles)
     try:
         # rank 0's store is the one LearnerRank.address bound on a port the OS assigned
         store = join_store(holder, addr, port, world, rank, timeout)
@@ -43,19 +58,18 @@ def join_group(holder: Any, addr: str, port: int, world: int, rank: int, backend
         if backend == "nccl":
             opts = dist.ProcessGroupNCCL.Options()
             opts._timeout = timeout
-            holder._weight_group = dist.ProcessGroupNCCL(prefix, rank, world, opts)
+            member.group = dist.ProcessGroupNCCL(prefix, rank, world, opts)
         else:
-            holder._weight_group = dist.ProcessGroupGloo(prefix, rank, world, timeout)
+            member.group = dist.ProcessGroupGloo(prefix, rank, world, timeout)
     except RuntimeError as e:  # DistStoreError (a RuntimeError) when a member never arrives
-        raise WeightSyncError(_stuck(holder._weight_sync_info, f"joining the group at {addr}:{port}",
-                                     e)) from e
-    holder._weight_store = store  # the master store must outlive the rendezvous
+        raise WeightSyncError(_stuck(member, f"joining the group at {addr}:{port}", e)) from e
+    member.store = store  # the master store must outlive the rendezvous
 
 
-def _stuck(info: dict[str, Any], what: str, err: BaseException) -> str:
-    return (f"weight sync (strategy nccl, backend {info['backend']}): {what} did not complete "
-            f"within sync.timeout_s={info['timeout_s']:g} s on group rank {info['rank']} of "
-            f"{info['world']} ({info['roles'] or 'rank 0 = learner rank 0, the rest = engines'}). "
+def _stuck(m: WeightGroup, what: str, err: BaseException) -> str:
+    return (f"weight sync (strategy nccl, backend {m.backend}): {what} did not complete "
+            f"within sync.timeout_s={m.timeout_s:g} s on group rank {m.rank} of "
+            f"{m.world} ({m.roles or 'rank 0 = learner rank 0, the rest = engines'}). "
             "A member died or is stuck elsewhere, or the processes disagree on NCCL settings "
             "(NCCL_CUMEM_ENABLE: ragen2.cluster.placement.ACTOR_ENV sets it for every actor). "
             f"Cause: {type(err).__name__}: {err}")
@@ -66,14 +80,13 @@ def _broadcast(holder: Any, flat: Any, what: str) -> None:
     ``Work.wait(timeout)`` blocks until the collective completed, NCCL included)."""
     import torch.distributed as dist
 
-    info = holder._weight_sync_info
+    member: WeightGroup = sync_state(holder)["nccl"]
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
     try:
-        holder._weight_group.broadcast([flat], opts).wait(
-            datetime.timedelta(seconds=info["timeout_s"]))
+        member.group.broadcast([flat], opts).wait(datetime.timedelta(seconds=member.timeout_s))
     except RuntimeError as e:
-        raise WeightSyncError(_stuck(info, what, e)) from e
+        raise WeightSyncError(_stuck(member, what, e)) from e
 
 
 def weight_layout(rank: Any, bucket_bytes: int, device: str, dtype: str) -> Layout | None:

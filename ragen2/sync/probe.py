@@ -38,17 +38,6 @@ def probe_ids(vocab_size: int, length: int, seed: int = 1234) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab_size, size=length).tolist()
 
 
-def engine_continuation(worker: Any, ids: Sequence[int], new_tokens: int, top_k: int) -> Continuation:
-    """Worker side: the engine's greedy continuation of ``ids`` with its top-k logprobs."""
-    from ragen2.engines.base import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens, stop=(), top_logprobs=top_k)
-    g = worker.engine.generate([list(ids)], params)[0]
-    if g.top_logprobs is None:
-        raise WeightSyncError(f"{type(worker.engine).__name__} returned no top logprobs")
-    return g.token_ids, g.top_logprobs
-
-
 def learner_logprobs_at(rank: Any, ids: Sequence[int],
                         queries: Sequence[tuple[int, Sequence[int]]]) -> list[list[float]] | None:
     """Learner side (every rank forwards; rank 0 answers): ``log p(tok | ids[:t])`` at
@@ -157,8 +146,8 @@ def run_probe(learners: Any, workers: Sequence[Any], ids: Sequence[int], policy:
     against ``policy`` (which the first call calibrates)."""
     import ray
 
-    conts = ray.get([w.run.remote(engine_continuation, list(ids), new_tokens, top_k)
-                     for w in workers])
+    # worker side: RolloutWorker.probe_continuation (ragen2.rollout.worker.greedy_continuation)
+    conts = ray.get([w.probe_continuation.remote(list(ids), new_tokens, top_k) for w in workers])
     gaps = []
     for cont in conts:
         full, queries = queries_of(ids, cont)

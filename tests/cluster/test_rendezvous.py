@@ -74,7 +74,7 @@ def test_a_learner_ranks_group_forms_on_the_store_its_address_bound(monkeypatch)
     init = dist.init_process_group
     monkeypatch.setattr(dist, "init_process_group",
                         lambda *a, **k: (seen.update(k), init(*a, **k))[1])
-    monkeypatch.setattr(build, "build_models", lambda rank: None)  # the rendezvous only
+    monkeypatch.setattr(build, "build_models", lambda *a, **k: None)  # the rendezvous only
     addr, port = r.address("127.0.0.1")
     assert _taken(port)
     r.setup(addr, port)

@@ -1,4 +1,4 @@
-"""The controller reads the chosen instrument: the alert, the diagnosis and the rollback verdict
+"""The watch reads the chosen instrument: the alert, the diagnosis and the rollback verdict
 take the later-turn panel where ``later_turns`` is chosen (no Ray: the methods on a bare object)."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import pytest
 from ragen2.collapse.alert import CollapseAlert
 from ragen2.collapse.instrument import alert_measurement
 from ragen2.collapse.panel import PanelMeasurement
-from ragen2.controller import Controller
+from ragen2.controller.watch import Watch
 from ragen2.run_state import Health
 from ragen2.train import load_config
 
 FIRST = PanelMeasurement({"collapse/panel/n_prompts": 32.0}, mi_lo=0.001, mi_floor=0.004)
 
 
-def _ctl(instrument: str) -> Controller:
-    ctl = Controller.__new__(Controller)  # the wiring only: no workers, no learner
+def _ctl(instrument: str) -> Watch:
+    ctl = Watch.__new__(Watch)  # the wiring only: no workers, no learner
     ctl.cfg = load_config([])
     ctl.instrument = instrument
     ctl.alert = CollapseAlert(2, 0.0)

@@ -107,9 +107,10 @@ def _probe(vllm_engine, hf_engine, ids, version, tolerance=1e-3):
     """The post-sync probe with the HF model standing in for the learner (rank 0 of one)."""
     from types import SimpleNamespace
 
-    from ragen2.sync.probe import compare, engine_continuation, learner_logprobs_at, queries_of
+    from ragen2.rollout.worker import greedy_continuation
+    from ragen2.sync.probe import compare, learner_logprobs_at, queries_of
 
-    cont = engine_continuation(SimpleNamespace(engine=vllm_engine), ids, 4, 5)
+    cont = greedy_continuation(vllm_engine, ids, 4, 5)
     full, queries = queries_of(ids, cont)
     rank = SimpleNamespace(model=hf_engine.model, device="cpu", rank=0)
     ref = learner_logprobs_at(rank, full, queries)

@@ -3,7 +3,8 @@
 The stand-in records what the engine asks of vLLM and keeps the books of a GPU: where the engine's
 weights are (GPU, host copy) and whether its KV cache is allocated. It checks the colocated TP
 start-up environment (an empty ``CUDA_VISIBLE_DEVICES`` is refused by vLLM's CUDA platform) and
-the sleep / wake / push order of ``engine.sleep_mode`` through ``Controller.push_weights``.
+the sleep / wake / push order of ``engine.sleep_mode`` through ``Weights.push``
+(:mod:`ragen2.controller.weights`).
 """
 
 from __future__ import annotations
@@ -111,12 +112,12 @@ def test_colocated_tp_engine_starts_with_an_empty_cuda_visible_devices(standin_v
 
 
 def test_sleep_mode_never_holds_two_copies_of_the_weights(standin_vllm):
-    """Controller.push_weights after a sleeping update, with the engine on the stand-in: the
+    """Weights.push after a sleeping update, with the engine on the stand-in: the
     engine sleeps at level 2 (weights discarded: no host copy of what the push overwrites), the
     learner empties its cache, the engine wakes its weights only, the push reloads them and
     resets the prefix cache, and only then the KV cache wakes. At no point does the engine hold
     two copies of its weights, and its KV cache is never allocated during the push."""
-    from ragen2.controller import Controller
+    from ragen2.controller.weights import Weights
     from ragen2.rollout.worker import RolloutWorker
 
     engine = _engine(sleep_mode=True)
@@ -125,17 +126,19 @@ def test_sleep_mode_never_holds_two_copies_of_the_weights(standin_vllm):
     worker.engine = engine
     weights = {"w": torch.zeros(2)}
 
-    ctl = Controller.__new__(Controller)
+    ctl = Weights.__new__(Weights)
     ctl.cfg = Config()
     ctl.cfg.engine.sleep_mode = True
     ctl.version, ctl.probe, ctl.checksum_names = 1, None, []
-    ctl.learners = SimpleNamespace(release_cuda_cache=lambda: llm.events.append("release_cuda_cache"))
-    ctl.pool = SimpleNamespace(actors=[worker], max_restarts=0,
-                               call_all=lambda m, *a: [getattr(worker, m)(*a)])
+    pool = SimpleNamespace(actors=[worker], max_restarts=0,
+                           call_all=lambda m, *a: [getattr(worker, m)(*a)])
+    ctl.actors = SimpleNamespace(
+        learners=SimpleNamespace(release_cuda_cache=lambda: llm.events.append("release_cuda_cache")),
+        pool=pool, workers=pool.actors)
     ctl.sync = SimpleNamespace(push=lambda v: engine.load_weights(weights, v) or {})
 
     worker.sleep()  # Controller.train_step, before the update
-    m = ctl.push_weights()
+    m = ctl.push()
     assert llm.events == ["sleep(2)", "release_cuda_cache", "wake(weights)", "reload",
                           "reset_prefix_cache", "wake(kv_cache)"]
     assert llm.peak_copies == 1 and not llm.kv_during_reload

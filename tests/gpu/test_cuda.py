@@ -31,6 +31,7 @@ def test_hf_engine_bf16_on_cuda_matches_teacher_forcing(tiny_model_path):
 class _Rank:
     def __init__(self, weights):
         self.rank, self.weights = 0, weights
+        self.sync_state = {}  # LearnerRank's: what a strategy keeps between its calls
 
     def named_weights(self, device="cuda", dtype=None):
         for k, v in self.weights.items():

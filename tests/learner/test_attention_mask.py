@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ragen2.learner.forward import MaskFacts
+from ragen2.learner.forward import MaskFacts, forward
 from tests.learner.test_rank import _batch, _rank
 
 
@@ -34,12 +34,12 @@ def _forward(rank, b: dict, facts: bool, grad: bool) -> tuple[torch.Tensor, torc
     ids, attn, mask = (torch.from_numpy(b[k]) for k in ("input_ids", "attention_mask", "loss_mask"))
     rank.model.zero_grad(set_to_none=True)
     with torch.set_grad_enabled(grad):
-        lp, ent = rank._forward(rank.model, ids, attn, mask, entropy=True, entropy_grad=grad,
-                                facts=MaskFacts.of(mask, attn) if facts else None)
+        lp, ent = forward(rank.state, rank.model, ids, attn, mask, entropy=True,
+                          entropy_grad=grad, facts=MaskFacts.of(mask, attn) if facts else None)
     grads = []
     if grad:
         ((lp * mask).sum() + (ent * mask).sum()).backward()
-        grads = [p.grad.detach().clone() for p in rank.trainable if p.grad is not None]
+        grads = [p.grad.detach().clone() for p in rank.state.trainable if p.grad is not None]
     m = mask.bool()
     return lp.detach()[m], ent.detach()[m], grads
 
@@ -77,7 +77,7 @@ def test_a_row_with_a_hole_still_gets_the_mask(tiny_model_path):
         lp_facts, _, _ = _forward(r, b, facts=True, grad=False)
         assert torch.equal(lp_mask, lp_facts)
         with torch.no_grad():  # what dropping the mask would have given
-            unmasked = r._forward(r.model, ids, torch.ones_like(attn), mask)[0][mask.bool()]
+            unmasked = forward(r.state, r.model, ids, torch.ones_like(attn), mask)[0][mask.bool()]
         assert not torch.allclose(unmasked, lp_mask, atol=1e-4)
     finally:
         r.shutdown()

@@ -21,7 +21,7 @@ def test_one_bf16_rank_updates_with_fp32_masters(tiny_model_path):
         fp32.shutdown()
     r = _rank(tiny_model_path, "model.dtype=bfloat16")
     try:
-        assert r.sharded  # mixed precision is an FSDP2 policy, even on one rank
+        assert r.state.sharded  # mixed precision is an FSDP2 policy, even on one rank
         lp = r.logprobs(IDS)
         gap = np.abs(np.subtract(lp, ref)).mean()
         assert 0 < gap < 0.05, gap  # the same weights, bf16 compute

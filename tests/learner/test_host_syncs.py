@@ -25,8 +25,10 @@ import ragen2.learner.ppo as ppo_module
 from ragen2.algos.advantages import AdvantageInputs
 from ragen2.algos.objective import (LossInputs, assign_credit, combined_regulariser_weights,
                                     compute_loss, snr_gate)
-from ragen2.learner.forward import MaskFacts, holding, scales, tensors
+from ragen2.learner.forward import (MaskFacts, forward, holding, micro_batches, prefix_plan,
+                                    scales, tensors)
 from ragen2.learner.microbatch import mini_batches
+from ragen2.learner.ppo import optimizer_step
 from tests.learner.test_rank import _batch, _rank
 
 aten = torch.ops.aten
@@ -129,7 +131,7 @@ def _reads(path: str, *overrides: str, batch_version: int = 0) -> tuple[HostRead
             r.update(_batch(), step=1)
         batch["policy_version"][:] = batch_version - 1 if batch_version else 0
         with counting_host_reads() as count:
-            for model in (r.model, r.ref, r.critic):
+            for model in (r.model, r.state.ref, r.state.critic):
                 if model is not None:
                     count.watch(model)
             m = r.update(batch, step=2)
@@ -169,24 +171,24 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
     host at every micro-batch."""
     from ragen2.batch import TrainingBatch
 
-    b, a = TrainingBatch.of(batch), r.cfg.algorithm
-    lr = a.lr * min(1.0, (r.version + 1) / max(1, a.lr_warmup_steps))
-    for g in r.optim.param_groups:
+    b, a, s = TrainingBatch.of(batch), r.cfg.algorithm, r.state
+    lr = a.lr * min(1.0, (s.version + 1) / max(1, a.lr_warmup_steps))
+    for g in s.optim.param_groups:
         g["lr"] = lr
     gen = torch.Generator().manual_seed(r.cfg.seed * 1_000_003 + step)
     perm = torch.randperm(len(b.rewards), generator=gen).tolist()
     minis = [np.asarray(mb) for mb in mini_batches(perm, b.group_ids.tolist(), a.ppo_mini_batches)]
-    plan = [(mb, r._micro_batches(b, mb)) for mb in minis]
+    plan = [(mb, micro_batches(s, b, mb)) for mb in minis]
     gap = tokens = 0.0
     old = {}
     with torch.no_grad():
         for mi, (_, micros) in enumerate(plan[1:], 1):
             for ui, micro in enumerate(micros):
-                ids, attn, mask, eng = tensors(r, b, micro, "input_ids", "attention_mask",
+                ids, attn, mask, eng = tensors(s, b, micro, "input_ids", "attention_mask",
                                                "loss_mask", "logprobs")
-                old[mi, ui] = r._forward(r.model, ids, attn, mask, scales(b, micro),
-                                         plan=r._prefix_plan(ids, attn, mask),
-                                         facts=MaskFacts.of(mask, attn))[0]
+                old[mi, ui] = forward(s, s.model, ids, attn, mask, scales(b, micro),
+                                      plan=prefix_plan(s, ids, attn, mask),
+                                      facts=MaskFacts.of(mask, attn))[0]
                 gap += float(((eng - old[mi, ui]).abs() * mask).sum())
                 tokens += float(mask.sum())
     rewards, group_ids = torch.tensor(b.rewards, dtype=torch.float64), torch.tensor(b.group_ids)
@@ -200,23 +202,23 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
                       norm_tokens=r.settings.norm_tokens)
         loss_sum = 0.0
         for ui, micro in enumerate(micros):
-            ids, attn, mask, eng, tok_r = tensors(r, b, micro, "input_ids", "attention_mask",
+            ids, attn, mask, eng, tok_r = tensors(s, b, micro, "input_ids", "attention_mask",
                                                   "loss_mask", "logprobs", "token_rewards")
             rows = torch.from_numpy(micro.index)
             adv, _ = assign_credit(AdvantageInputs(rewards, group_ids, rows, tok_r, mask), a)
-            share, facts = r._prefix_plan(ids, attn, mask), MaskFacts.of(mask, attn)
-            with holding(r, share):
-                lp, ent = r._forward(r.model, ids, attn, mask, scales(b, micro), entropy=True,
-                                     entropy_grad=a.entropy_coef > 0, plan=share, facts=facts)
+            share, facts = prefix_plan(s, ids, attn, mask), MaskFacts.of(mask, attn)
+            with holding(s, share):
+                lp, ent = forward(s, s.model, ids, attn, mask, scales(b, micro), entropy=True,
+                                  entropy_grad=a.entropy_coef > 0, plan=share, facts=facts)
                 if mi == 0:
                     old[mi, ui] = lp.detach()
                     gap += float(((eng - old[mi, ui]).abs() * mask).sum())
                     tokens += float(mask.sum())
                 ref = None
-                if r.ref is not None:
+                if s.ref is not None:
                     with torch.no_grad():
-                        ref = r._forward(r.ref, ids, attn, mask, scales(b, micro), plan=share,
-                                         facts=facts)[0]
+                        ref = forward(s, s.ref, ids, attn, mask, scales(b, micro), plan=share,
+                                      facts=facts)[0]
                 out = compute_loss(LossInputs(lp, old[mi, ui], adv, mask, entropy=ent,
                                               ref_logprobs=ref,
                                               regulariser_weights=None if reg is None
@@ -230,8 +232,8 @@ def _reference_update(r: Any, batch: dict[str, np.ndarray], step: int) -> dict[s
             m["clipfrac"] += float(out.policy_metrics["clipfrac"]) * w
             m["approx_kl"] += float(out.policy_metrics["approx_kl"]) * w
             m["tokens"] += w
-        m["norm"] += r._step([(r.trainable, r.optim)], loss_sum)[0]
-    r.version += 1
+        m["norm"] += optimizer_step(s, [(s.trainable, s.optim)], loss_sum)[0]
+    s.version += 1
     n = len(minis)
     return {"actor/loss": m["pg_loss"] / n, "actor/entropy": m["entropy"] / n,
             "actor/pg_clipfrac": m["clipfrac"] / m["tokens"],

@@ -36,23 +36,23 @@ def _snapshot(r, batch) -> dict:
     out = {}
     with torch.no_grad():
         out["logits"] = r.model(input_ids=ids, use_cache=False).logits.clone()
-        out["ref_logits"] = r.ref(input_ids=ids, use_cache=False).logits.clone()
+        out["ref_logits"] = r.state.ref(input_ids=ids, use_cache=False).logits.clone()
     lm = _lm(r.model)
     out["tied"] = lm.lm_head.weight is lm.get_input_embeddings().weight
     out["params"] = [n for n, _ in r.model.named_parameters()]
-    out["trainable"] = len(r.trainable)
+    out["trainable"] = len(r.state.trainable)
     out["buffers"] = {n: b.clone() for n, b in r.model.named_buffers()}
-    out["ref_buffers"] = {n: b.clone() for n, b in r.ref.named_buffers()}
+    out["ref_buffers"] = {n: b.clone() for n, b in r.state.ref.named_buffers()}
     out["rng"] = torch.get_rng_state()
     out["metrics"] = r.update(batch, step=1)
     out["weights"] = {k: v.clone() for k, v in r.named_weights()}
-    out["ref_state"] = full_state_dict(r.ref)
-    if r.critic is not None:
-        out["critic_state"] = full_state_dict(r.critic)
+    out["ref_state"] = full_state_dict(r.state.ref)
+    if r.state.critic is not None:
+        out["critic_state"] = full_state_dict(r.state.critic)
     with torch.no_grad():
         out["logits_after"] = r.model(input_ids=ids, use_cache=False).logits.clone()
-        if r.critic is not None:  # the value head starts at zero: values only after the update
-            out["values_after"] = r.critic(ids, torch.ones_like(ids)).clone()
+        if r.state.critic is not None:  # the value head starts at zero: values only after the update
+            out["values_after"] = r.state.critic(ids, torch.ones_like(ids)).clone()
     return out
 
 

@@ -20,7 +20,7 @@ def _snapshot(r) -> tuple[dict[str, np.ndarray], list[dict[str, torch.Tensor]]]:
     from ragen2.learner.fsdp import full_tensor
 
     optim = [{k: full_tensor(v).clone() if torch.is_tensor(v) else v for k, v in s.items()}
-             for s in r.optim.state.values()]
+             for s in r.state.optim.state.values()]
     return _weights(r), optim
 
 
@@ -84,7 +84,7 @@ def test_nonfinite_critic_loss_skips_actor_and_critic(tiny_model_path, monkeypat
 
     r = _rank(tiny_model_path, "algorithm=ppo", "algorithm.ppo_mini_batches=1")
     try:
-        critic = {k: v.clone() for k, v in r.critic.state_dict().items()}
+        critic = {k: v.clone() for k, v in r.state.critic.state_dict().items()}
         before = _snapshot(r)
         real = rank_mod.value_loss
         monkeypatch.setattr(rank_mod, "value_loss",
@@ -92,8 +92,8 @@ def test_nonfinite_critic_loss_skips_actor_and_critic(tiny_model_path, monkeypat
         m = r.update(_batch(), step=1)
         assert m["actor/nonfinite_skipped"] == 1 and m["actor/optimizer_steps"] == 0
         _assert_same(before, _snapshot(r))
-        assert all(torch.equal(v, critic[k]) for k, v in r.critic.state_dict().items())
-        assert not r.critic_optim.state  # Adam never stepped
+        assert all(torch.equal(v, critic[k]) for k, v in r.state.critic.state_dict().items())
+        assert not r.state.critic_optim.state  # Adam never stepped
     finally:
         r.shutdown()
 
@@ -112,7 +112,7 @@ def test_nonfinite_warm_start_step_is_skipped(tiny_model_path, monkeypatch):
         after = _weights(r)
         for k in before:
             np.testing.assert_array_equal(before[k], after[k], err_msg=k)
-        assert not r.sft_optim.state
+        assert not r.state.sft_optim.state
         monkeypatch.setattr(rank_mod, "logprobs_from_logits", real)
         m = r.sft_step(_batch(), np.arange(6), 1e-2)
         assert m["warm_start/nonfinite_skipped"] == 0.0 and math.isfinite(m["warm_start/loss"])
@@ -127,6 +127,7 @@ def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
     """Rank 1 alone sees a NaN loss (its gradients stay finite): both ranks must skip. Runs in
     the learner tests' shared two-rank spawn (tests/learner/two_ranks.py)."""
     torch.set_num_threads(1)
+    import ragen2.learner.ppo as ppo
     from ragen2.learner.rank import LearnerRank
     from ragen2.controller import learner_settings
     from ragen2.train import load_config
@@ -135,13 +136,15 @@ def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
                        "algorithm.ppo_mini_batches=2"])
     r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
     rdv.setup(r)
+    step = ppo.optimizer_step  # the update's step, in this process only (the next jobs: restored)
     try:
-        step = r._step
-        r._step = lambda pairs, loss: step(pairs, float("nan") if rank == 1 else loss)
+        ppo.optimizer_step = lambda s, pairs, loss: step(s, pairs,
+                                                         float("nan") if rank == 1 else loss)
         before = {k: v.clone() for k, v in r.named_weights()}
         m = r.update(_batch(), step=1)
         same = all(torch.equal(before[k], v) for k, v in r.named_weights())
     finally:
+        ppo.optimizer_step = step
         r.shutdown()
     torch.save({"metrics": m, "same": same}, f"{out_dir}/rank{rank}.pt")
 

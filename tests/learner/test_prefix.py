@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from ragen2.learner.forward import forward, prefix_plan
 from ragen2.learner.prefix import plan_shared_prefix, to_positions
 from tests.learner.test_rank import _rank
 
@@ -75,11 +76,12 @@ def test_shared_forward_equals_full_forward(tiny_model_path, checkpointing):
     ids, attn, mask = (torch.from_numpy(batch[k]) for k in ("input_ids", "attention_mask", "loss_mask"))
     r = _rank(tiny_model_path, f"learner.activation_checkpointing={str(checkpointing).lower()}")
     try:
-        plan = r._prefix_plan(ids, attn, mask)
+        plan = prefix_plan(r.state, ids, attn, mask)
         assert plan is not None and plan.group.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
         out = {}
         for name, p in (("full", None), ("shared", plan)):
-            lp, ent = r._forward(r.model, ids, attn, mask, entropy=True, entropy_grad=True, plan=p)
+            lp, ent = forward(r.state, r.model, ids, attn, mask, entropy=True, entropy_grad=True,
+                               plan=p)
             ((lp + ent) * mask).sum().backward()
             out[name] = (lp * mask, ent * mask,
                          {n: q.grad.clone() for n, q in r.model.named_parameters()})

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from ragen2.batch import TrainingBatch
+from ragen2.learner.forward import micro_batches
 from ragen2.learner.fsdp import full_tensor
 from ragen2.learner.rank import LearnerRank
 from tests.learner.test_rank import _batch, _rank, _run
@@ -74,7 +76,7 @@ def test_token_budget_is_respected(tiny_model_path):
     try:
         batch = _batch()
         lengths = batch["attention_mask"].sum(1)
-        micros = r._micro_batches(batch, np.arange(6))
+        micros = micro_batches(r.state, TrainingBatch.of(batch), np.arange(6))
     finally:
         r.shutdown()
     assert sorted(i for m in micros for i in m.index) == list(range(6)) and all(
@@ -164,14 +166,14 @@ def test_lora_update_trains_adapters_and_exports_merged_weights(tiny_model_path)
     try:
         trainable = {n for n, p in r.model.named_parameters() if p.requires_grad}
         assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
-        assert {id(p) for g in r.optim.param_groups for p in g["params"]} == {
+        assert {id(p) for g in r.state.optim.param_groups for p in g["params"]} == {
             id(p) for p in r.model.parameters() if p.requires_grad}
         assert dict(r.named_weights()).keys() == {n for n, _ in base_model.named_parameters()}
         m = r.update(_batch(), step=1)
         assert m["actor/grad_norm"] > 0
         merged = dict(r.named_weights())
         sd = _sharded_state(r)
-        ref = {k: v.clone() for k, v in r.ref.state_dict().items()}  # the plain base model
+        ref = {k: v.clone() for k, v in r.state.ref.state_dict().items()}  # the plain base model
         got = r.logprobs(PROBE)
     finally:
         r.shutdown()
@@ -250,7 +252,7 @@ def test_lora_warm_start_trains_adapters_and_moves_the_reference(tiny_model_path
         m = r.sft_step(batch, np.arange(6), lr=1e-2)
         r.finish_warm_start()
         merged = dict(r.named_weights())
-        ref = {k: full_tensor(v) for k, v in r.ref.state_dict().items()}
+        ref = {k: full_tensor(v) for k, v in r.state.ref.state_dict().items()}
         r.save_policy(str(tmp_path / "policy.pt"))  # the warm-start cache
     finally:
         r.shutdown()
@@ -291,11 +293,11 @@ def test_ppo_checkpoint_with_critic_and_reference_resumes_exactly(tiny_model_pat
 
     a = _rank(tiny_model_path, *PPO_KL)
     try:
-        assert a.critic is not None and a.ref is not None
+        assert a.state.critic is not None and a.state.ref is not None
         a.update(_token_batch_v(0), step=1)
         a.save(str(tmp_path))
         m_a = a.update(_token_batch_v(1), step=2)
-        w_a, c_a = a.policy_weights(), full_state_dict(a.critic)
+        w_a, c_a = a.policy_weights(), full_state_dict(a.state.critic)
     finally:
         a.shutdown()
     assert {"policy", "critic", "ref"} <= {p.name for p in tmp_path.iterdir()}  # sharded (DCP)
@@ -303,7 +305,7 @@ def test_ppo_checkpoint_with_critic_and_reference_resumes_exactly(tiny_model_pat
     try:
         assert b.load(str(tmp_path)) == 1
         m_b = b.update(_token_batch_v(1), step=2)
-        w_b, c_b = b.policy_weights(), full_state_dict(b.critic)
+        w_b, c_b = b.policy_weights(), full_state_dict(b.state.critic)
     finally:
         b.shutdown()
     for key in ("actor/loss", "actor/grad_norm", "actor/kl_loss", "critic/vf_loss"):

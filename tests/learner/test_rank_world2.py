@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from ragen2.batch import TrainingBatch
+from ragen2.learner.forward import micro_batches
 from tests.learner.test_rank import _batch, _run
 
 PROBE_IDS = [5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300, 2, 64, 9, 10]
@@ -84,7 +86,8 @@ def _scenarios(rank: int, path: str, rdv, calls: list) -> dict:
             if name == "score_slices":  # before the update: the weights of the model file
                 result["scores"] = r.score(SCORE_CONTEXTS, SCORE_CONTS, SCORE_COLUMNS, chunk=2)
             if name == "tokens":
-                result["plan"] = [len(r._micro_batches(_batch(), np.arange(k, k + 3))) for k in (0, 3)]
+                result["plan"] = [len(micro_batches(r.state, TrainingBatch.of(_batch()),
+                                                    np.arange(k, k + 3))) for k in (0, 3)]
             if name == "lora":  # warm start: adapters train, the reference takes the merged weights
                 from ragen2.learner.fsdp import full_tensor
 
@@ -92,7 +95,7 @@ def _scenarios(rank: int, path: str, rdv, calls: list) -> dict:
                 r.finish_warm_start()
                 merged = dict(r.named_weights())
                 result["ref_is_merged"] = all(
-                    torch.equal(full_tensor(v), merged[k]) for k, v in r.ref.state_dict().items()
+                    torch.equal(full_tensor(v), merged[k]) for k, v in r.state.ref.state_dict().items()
                     if k in merged)
             m = r.update(batch(), step=1)
             result[name] = {"metrics": m, "weights": {k: v.clone() for k, v in r.named_weights()},

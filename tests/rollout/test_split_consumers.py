@@ -1,7 +1,8 @@
 """Every consumer of env seeds draws from its part of the problem split: the trainer's RL groups
 (plain and from the tiered filter's prompt pool) and warm-start demonstrations train on training
-problems only; its held-out evaluation and probe-panel seeds are held-out problems. A stand-in
-Controller (no Ray, no model) builds the real specs; its ``_gather`` records them."""
+problems only; its held-out evaluation and probe-panel seeds are held-out problems. The
+controller's real components (no Ray, no model) build the specs; a stand-in ``gather`` records
+them."""
 
 from __future__ import annotations
 
@@ -22,24 +23,28 @@ class Gathered(Exception):
 
 
 def _controller(overrides: list[str]):
-    from ragen2.controller import Controller
+    from ragen2.controller.evaluation import Evaluator
+    from ragen2.controller.problems import Problems
+    from ragen2.controller.rollouts import RolloutSource
+    from ragen2.controller.warm_start import WarmStart
     from ragen2.filtering.pipeline import FilterPipeline
     from ragen2.train import load_config
 
     cfg = load_config(overrides)
-    ctl = object.__new__(Controller)  # no actors: nothing of __init__ runs
-    ctl.cfg = cfg
-    ctl.train_envs, ctl.eval_envs = train_entries(cfg.env), eval_entries(cfg.env)
-    ctl.filter = FilterPipeline(cfg.filter, cfg.seed, [e.share for e in ctl.train_envs])
-    ctl.pool = SimpleNamespace(actors=[None, None])
-    ctl.version = 0
     calls: list = []
 
     def gather(method, specs, *args):
         calls.append((method, specs))
         raise Gathered
 
-    ctl._gather = gather
+    actors = SimpleNamespace(workers=[None, None], gather=gather)
+    problems = Problems(cfg)
+    pipeline = FilterPipeline(cfg.filter, cfg.seed, [e.share for e in problems.train_envs])
+    ctl = SimpleNamespace(cfg=cfg, problems=problems, train_envs=problems.train_envs,
+                          eval_envs=problems.eval_envs,
+                          rollouts=RolloutSource(cfg, problems, pipeline, actors),
+                          warm=WarmStart(cfg, "unused", problems, actors),
+                          evaluator=Evaluator(cfg, problems, actors, None))
     return ctl, calls
 
 
@@ -66,10 +71,10 @@ def test_the_trainer_trains_and_evaluates_on_disjoint_problems(extra):
     ctl, calls = _controller(ONE_DIGIT + extra)
     f = ctl.cfg.env.heldout_fraction
     train_specs = [s for step in range(1, 31)
-                   for s in _specs(ctl, calls, lambda: ctl.collect(step))]
-    demo_specs = _specs(ctl, calls, lambda: ctl._behaviour_clone(ctl.train_envs))
-    eval_specs = _specs(ctl, calls, lambda: ctl.evaluate(0))
-    panel_seeds = [ctl._panel_seed("math", i) for i in range(32)]
+                   for s in _specs(ctl, calls, lambda: ctl.rollouts.collect(step, 0))]
+    demo_specs = _specs(ctl, calls, lambda: ctl.warm.behaviour_clone(ctl.train_envs))
+    eval_specs = _specs(ctl, calls, lambda: ctl.evaluator.evaluate(0, 0))
+    panel_seeds = [ctl.problems.panel_seed("math", i) for i in range(32)]
     assert all(s.env_seed < 2**31 for s in train_specs + demo_specs)
     assert all(s >= 2**31 for s in [s.env_seed for s in eval_specs] + panel_seeds)
 
@@ -84,8 +89,8 @@ def test_the_trainer_trains_and_evaluates_on_disjoint_problems(extra):
 
     # resume: a fresh controller resolves every seed the same way
     again, calls2 = _controller(ONE_DIGIT + extra)
-    assert _specs(again, calls2, lambda: again.collect(7)) == train_specs[7 * 16 - 16:7 * 16]
-    assert _specs(again, calls2, lambda: again.evaluate(10)) == eval_specs
+    assert _specs(again, calls2, lambda: again.rollouts.collect(7, 0)) == train_specs[7 * 16 - 16:7 * 16]
+    assert _specs(again, calls2, lambda: again.evaluator.evaluate(10, 0)) == eval_specs
 
 
 def test_a_mixture_keeps_each_envs_parts_apart():
@@ -93,8 +98,8 @@ def test_a_mixture_keeps_each_envs_parts_apart():
                               "rollout.group_size=1", "trainer.eval_episodes=64"])
     f = ctl.cfg.env.heldout_fraction
     trained = _keys(ctl, [s for step in range(1, 21)
-                          for s in _specs(ctl, calls, lambda: ctl.collect(step))])
-    held = _keys(ctl, _specs(ctl, calls, lambda: ctl.evaluate(0)))
+                          for s in _specs(ctl, calls, lambda: ctl.rollouts.collect(step, 0))])
+    held = _keys(ctl, _specs(ctl, calls, lambda: ctl.evaluator.evaluate(0, 0)))
     assert set(trained) == set(held) == {"sokoban", "frozenlake", "math"}
     for name in trained:
         assert trained[name] and held[name] and not trained[name] & held[name], name
@@ -112,10 +117,10 @@ def test_the_probe_panels_are_built_on_held_out_problems():
     def observe(name, seed):
         return env.reset(seed=seed)[0]
 
-    panel = choose_panel([("math", 16)], observe, seed_of=ctl._panel_seed)
+    panel = choose_panel([("math", 16)], observe, seed_of=ctl.problems.panel_seed)
     keys = _keys(ctl, [SimpleNamespace(env=p.env, env_seed=p.seed) for p in panel])["math"]
     assert len(panel) == len(keys) == 16
     assert all(part_of(k, ctl.cfg.env.heldout_fraction) == HELDOUT for k in keys)
     turns = choose_turn_panel([("math", 4)], lambda name, seed: ((), f"state {seed}"),
-                              seed_of=ctl._panel_seed)
-    assert [p.seed for p in turns] == [ctl._panel_seed("math", i) for i in range(4)]
+                              seed_of=ctl.problems.panel_seed)
+    assert [p.seed for p in turns] == [ctl.problems.panel_seed("math", i) for i in range(4)]

@@ -150,6 +150,7 @@ class _Rank:
 
     def __init__(self, weights):
         self.rank, self.weights = 0, weights
+        self.sync_state = {}  # LearnerRank's: what a strategy keeps between its calls
 
     def named_weights(self, device="cuda", dtype=None):
         for k, v in self.weights.items():
@@ -230,10 +231,10 @@ def test_cuda_ipc_buckets_cross_msgpack_and_open_on_the_engines_gpu_index(monkey
     other = ["GPU-other", {"never": "opened"}, []]  # another learner rank's GPU
     n = 0
     while (share := share_next_bucket(rank, 2 * 5 * 4 * 4, "float32", n == 0)) is not None:
-        assert share[0] == ipc.UUID and rank._sync_buffer is not None
+        assert share[0] == ipc.UUID and rank.sync_state["cuda_ipc"].buffer is not None
         load_shared_bucket(worker, {share[0]: share, "GPU-other": other})
         n += 1
-    assert rank._sync_buffer is None  # the last call frees the learner's buffer
+    assert rank.sync_state["cuda_ipc"].buffer is None  # the last call frees the learner's buffer
     finish(worker, 4)
     assert n == 2 and engine.version == 4  # 40 floats a bucket: [embed (28)], [up (20), norm (4)]
     for args in ipc.rebuilt:

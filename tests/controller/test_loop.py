@@ -1,52 +1,12 @@
-"""Controller helpers that need no actors: per-env metrics, the env-error budget, sample spread."""
+"""ragen2/controller/loop.py: ``train_step`` over its real components (rollouts and the queue of
+batches ahead, watch, filter, collation) with stand-in actors, and the training batch it hands
+the learner."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragen2.controller import EnvFailureError, _spread, check_env_errors, rollout_metrics
 from ragen2.rollout.trajectory import Trajectory
-
-
-def traj(env, group, reward, success=False, error=None):
-    t = Trajectory(env_seed=group, group_id=group, policy_version=0, env_name=env)
-    t.turn_rewards, t.turn_ends, t.success, t.env_error = [reward], [0], success, error
-    t.append([1, 2], 1)
-    return t
-
-
-BATCH = [traj("a", 0, 1.0, True), traj("a", 0, 0.0), traj("b", 1, 2.0, True), traj("b", 1, 2.0, True),
-         traj("b", 2, 0.0, error="ValueError: boom")]
-
-
-def test_rollout_metrics_overall_and_per_env():
-    m = rollout_metrics(BATCH, "rollout", per_env=True)
-    assert m["rollout/success"] == pytest.approx(3 / 5)
-    assert m["rollout/a/success"] == pytest.approx(0.5)
-    assert m["rollout/b/success"] == pytest.approx(2 / 3)  # the failed episode counts as a failure
-    assert m["rollout/b/reward_mean"] == pytest.approx(4 / 3)
-    assert m["rollout/env_errors"] == 1 and m["rollout/a/env_errors"] == 0
-    # group stds: a = std(1, 0) = 0.5; b group 1 = 0; b group 2 (one episode) = 0
-    assert m["rollout/a/group_reward_std_mean"] == pytest.approx(0.5)
-    assert m["rollout/group_reward_std_mean"] == pytest.approx(0.5 / 3)
-    assert m["rollout/zero_std_group_frac"] == pytest.approx(2 / 3)
-    assert not any(k.startswith("rollout/a/") for k in rollout_metrics(BATCH, "rollout"))
-
-
-def test_env_error_budget():
-    check_env_errors(BATCH, 0.2, "step 3")  # 1 of 5 = 0.2: within the budget
-    with pytest.raises(EnvFailureError, match=r"step 3: 1 of 5 episodes failed.*env 'b' seed 2: "
-                                              r"ValueError: boom"):
-        check_env_errors(BATCH, 0.19, "step 3")
-    with pytest.raises(EnvFailureError):
-        check_env_errors(BATCH, 0.0, "step 3")
-    check_env_errors(BATCH[:4], 0.0, "step 3")  # no failure at all: fine even with budget 0
-
-
-def test_spread_covers_the_whole_list():
-    items = list(range(10))
-    assert _spread(items, 3) == [0, 4, 9]  # linspace 0, 4.5, 9 rounded half to even
-    assert _spread(items, 20) == items and _spread(items, 0) == [] and _spread([], 3) == []
 
 
 # ------------------------------------------------- train_step's schedule with stand-in actors
@@ -78,25 +38,31 @@ class _Pool:
 
 
 class _Learners:
-    def __init__(self, ctl, events):
-        self.ctl, self.events = ctl, events
+    def __init__(self, events):
+        self.events = events
 
     def update(self, batch, step):
+        from ragen2.run_state import UpdateOutcome, UpdateResult
+
         versions = sorted(set(batch.policy_version.tolist()))
         self.events.append(("update", step, versions))
-        return {"actor/optimizer_steps": 1.0, "actor/nonfinite_skipped": 0.0}
+        return UpdateResult({"actor/optimizer_steps": 1.0, "actor/nonfinite_skipped": 0.0},
+                            UpdateOutcome(1, 0))
 
 
 def _stand_in_controller(tmp_path, monkeypatch, k):
-    """A Controller with stand-in workers and learners (no Ray, no model): train_step runs its
-    real schedule, filter and collation."""
+    """A Controller with stand-in workers, learners and weight push (no Ray, no model):
+    train_step runs its real rollouts (schedule and queue), watch, filter and collation."""
+    from types import SimpleNamespace
+
     import ray
 
     from ragen2.controller import Controller
+    from ragen2.controller.problems import Problems
+    from ragen2.controller.rollouts import RolloutSource
+    from ragen2.controller.watch import Watch
+    from ragen2.controller.weights import Weights
     from ragen2.filtering.pipeline import FilterPipeline
-    from ragen2.rollout.envs import train_entries
-    from ragen2.rollout.schedule import RolloutQueue
-    from ragen2.run_state import Health
     from ragen2.train import load_config
 
     monkeypatch.setattr(ray, "put", lambda x: x)
@@ -105,18 +71,22 @@ def _stand_in_controller(tmp_path, monkeypatch, k):
                        "rollout.group_size=2"])
     ctl = object.__new__(Controller)  # no actors: nothing of __init__ runs
     events: list = []
-    ctl.cfg, ctl.run_dir, ctl.version, ctl.pad_id = cfg, tmp_path, 0, 0
-    ctl.train_envs = train_entries(cfg.env)
-    ctl.filter = FilterPipeline(cfg.filter, cfg.seed, [e.share for e in ctl.train_envs])
-    ctl.monitor, ctl.health, ctl.group_keys, ctl._behind = None, Health(), None, False
-    ctl.queue = RolloutQueue(k)
-    ctl.pool, ctl.learners = _Pool(events), _Learners(ctl, events)
+    pool = _Pool(events)
+    ctl.actors = SimpleNamespace(pool=pool, workers=pool.actors, gather=pool.gather,
+                                 sleep_engines=lambda: None, learners=_Learners(events))
+    ctl.cfg, ctl.run_dir, ctl.eos_text = cfg, tmp_path, None
+    ctl.problems = Problems(cfg)
+    ctl.filter = FilterPipeline(cfg.filter, cfg.seed, [e.share for e in ctl.problems.train_envs])
+    ctl.rollouts = RolloutSource(cfg, ctl.problems, ctl.filter, ctl.actors)
+    ctl.watch = Watch(cfg, ctl.problems, ctl.actors, tmp_path, None, None, None)
+    ctl.weights = weights = object.__new__(Weights)
+    weights.version, weights.behind = 0, False
 
     def push():
-        events.append(("push", ctl.version))
+        events.append(("push", weights.version))
         return {}
 
-    ctl.push_weights = push
+    weights.push = push
     return ctl, events
 
 
@@ -141,14 +111,39 @@ def test_train_step_launches_during_the_update_and_pushes_after_collecting(tmp_p
     assert [r["async/staleness_max"] for r in rows] == [float(min(t - 1, k)) for t in range(1, 6)]
     assert all(r["async/stale_refused"] == 0 for r in rows)
     assert rows[-1]["async/queued"] == 0 and "timing/overlap_s" in rows[0]
-    assert not ctl._behind
+    assert not ctl.weights.behind
 
 
 def test_a_stale_queued_batch_is_refused_and_regenerated(tmp_path, monkeypatch):
     ctl, events = _stand_in_controller(tmp_path, monkeypatch, 1)
     ctl.train_step(1)  # queues step 2's batch, generated by version 0
-    ctl.queue.max_staleness = 0  # as if resumed with trainer.max_staleness=0 semantics
-    ctl.version = 2  # ... and a learner two versions on
+    ctl.rollouts.queue.max_staleness = 0  # as if resumed with trainer.max_staleness=0 semantics
+    ctl.weights.version = 2  # ... and a learner two versions on
     m = ctl.train_step(2).metrics
     assert m["async/stale_refused"] == 4  # its 4 episodes, never trained on
     assert ("update", 2, [2]) in events  # the step's batch generated by the current policy
+
+
+def test_the_training_batch_holds_the_kept_groups_and_the_filters_weights():
+    """3 groups of 2 episodes, groups 0 and 2 kept: 4 rows, weights 1 (not tiered), the loss
+    scaled by the kept share 2/3 (``filter.loss_scale=linear``)."""
+    from dataclasses import replace
+
+    from ragen2.config import FilterConfig
+    from ragen2.controller.loop import training_batch
+    from ragen2.filtering.pipeline import FilterPipeline, Selection
+
+    trajs = []
+    for g in range(3):
+        for i in range(2):
+            t = Trajectory(env_seed=g, group_id=g, policy_version=0)
+            t.append([10 + g, 20 + i], 1, [-0.5, -0.25])
+            t.turn_ends, t.turn_rewards = [1], [float(i)]
+            trajs.append(t)
+    pipeline = FilterPipeline(replace(FilterConfig(), loss_scale="linear"), 0, [1.0])
+    batch = training_batch(pipeline, trajs, Selection({0, 2}, {}), None)
+    assert batch.group_ids.tolist() == [0, 0, 2, 2]
+    assert batch.input_ids.tolist() == [[10, 20], [10, 21], [12, 20], [12, 21]]
+    assert batch.rewards.tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert batch.sample_weights.tolist() == [1.0] * 4 and batch.regulariser_weights is None
+    assert batch.loss_scale == pytest.approx(2 / 3)

