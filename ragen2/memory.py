@@ -55,13 +55,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               "(download it first) and not in ragen2.cluster.memory.KNOWN_SHAPES", file=sys.stderr)
         return 2
     print(b.describe())
-    for w in b.warnings:
-        print(f"warning: {w}")
-    if b.fits:
-        print("fits")
-        return 0
-    print(f"does not fit: {'; '.join(b.problems)}\n  fix: {fix_advice(cfg, b)}")
-    return 1
+    return _verdict(b, lambda: fix_advice(cfg, b))
 
 
 def _host(cfg, host_gib: Optional[float]) -> int:  # noqa: ANN001  (a Config)
@@ -83,12 +77,17 @@ def _host(cfg, host_gib: Optional[float]) -> int:  # noqa: ANN001  (a Config)
           f"learner.activation_checkpointing={cfg.learner.activation_checkpointing}, "
           f"model.dtype={cfg.model.dtype}"
           + (f", engine.hf_max_batch={cfg.engine.hf_max_batch}" if cfg.engine.name == "hf" else ""))
+    return _verdict(b, lambda: hm.fix_advice(cfg, b))
+
+
+def _verdict(b, fix) -> int:  # noqa: ANN001  (a GPU or host budget; fix() its advice)
+    """Print a budget's warnings and whether it fits; 0 fits, 1 does not."""
     for w in b.warnings:
         print(f"warning: {w}")
     if b.fits:
         print("fits")
         return 0
-    print(f"does not fit: {'; '.join(b.problems)}\n  fix: {hm.fix_advice(cfg, b)}")
+    print(f"does not fit: {'; '.join(b.problems)}\n  fix: {fix()}")
     return 1
 
 

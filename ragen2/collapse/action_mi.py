@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ragen2.collapse.mi_inputs import dense_ids
+from ragen2.collapse.mi_inputs import check_ks, dense_ids
 from ragen2.rollout.trajectory import Trajectory
 
 __all__ = ["ActionInputs", "build_action_inputs", "conditional_mutual_information", "group_layout",
@@ -122,16 +122,6 @@ def _first_where(mask: Tensor) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in row) for row in mask.nonzero()[:5]]
 
 
-def _check_ks(ks) -> tuple[int, ...]:
-    ks = (ks,) if isinstance(ks, int) else tuple(ks)
-    if not ks:
-        raise ValueError("ks must name at least one k for retrieval_acc@k, e.g. ks=(1,)")
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"every k in ks must be an integer >= 1, got {k!r}")
-    return ks
-
-
 # --------------------------------------------------------------------------------------------
 # the estimator
 # --------------------------------------------------------------------------------------------
@@ -185,7 +175,7 @@ def conditional_mutual_information(
     if x.shape[1] < members.shape[1]:
         raise ValueError(f"logp has {x.shape[1]} columns but the largest group has "
                          f"{members.shape[1]} samples; one column per group member is needed")
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     if (isinstance(num_permutations, bool) or not isinstance(num_permutations, int)
             or num_permutations < 0):
         raise ValueError(f"num_permutations must be an integer >= 0, got {num_permutations!r}")
