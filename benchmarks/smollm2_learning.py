@@ -1,5 +1,6 @@
-"""Does SmolLM2-135M-Instruct learn in ragen2 on the CPU? The runs of the ``smollm2_math`` preset,
-summarised against issue 28's bar (item 3).
+"""Does SmolLM2-135M-Instruct learn in ragen2 on the CPU? The runs of a SmolLM2 preset summarised
+against the issues' bars: ``smollm2_math`` (single-turn, issue 28 item 3) and
+``smollm2_countdown`` (multi-turn, issue 46 items 3-4).
 
 The runs are made with the documented command, one at a time on a quiet machine::
 
@@ -8,19 +9,40 @@ The runs are made with the documented command, one at a time on a quiet machine:
 and this script reads their run directories (``outputs/DATE/TIME``)::
 
     python benchmarks/smollm2_learning.py RUN_DIR [RUN_DIR ...]
+    python benchmarks/smollm2_learning.py --name smollm2_countdown RUN1 RUN2 RUN3
 
 Per run:
 
 * **held-out success** before RL (step 0) and after (the last evaluation) on the same held-out
   problems with the same evaluation sampling seed, each with a 95% Wilson interval, and
-  the **gain with a paired 95% interval**: problem by problem (``evaluations/step_*.jsonl``,
-  every episode's outcome), the after-minus-before differences are bootstrapped over problems.
-  The bar: gain >= 0.10 and the interval's low end > 0 (``passes``);
+  the **gain with a paired 95% interval**: episode by episode (``evaluations/step_*.jsonl``,
+  every episode's outcome, paired by env seed), the after-minus-before differences are
+  bootstrapped. The bar: gain >= 0.10 and the interval's low end > 0 (``passes``);
+* the same **over problems** (``held_out_problems``): every evaluation episode's problem
+  regenerated from its env seed (the run's own env and kwargs, ``.hydra/config.yaml``; the split
+  key, ``countdown:<sorted numbers>-><target>``), each problem's episodes averaged at step 0 and
+  at the end, and the per-problem differences bootstrapped over problems. An env whose held-out
+  part has fewer problems than evaluation episodes (Countdown) repeats problems under different
+  seeds, so only this interval treats the problem as the unit; where every problem is played once
+  it equals the episode one;
+* **turns per held-out episode** before and after (``eval/num_turns_mean`` of the two
+  evaluations) and, for a multi-turn run (``rollout.max_turns`` > 1), issue 46's bar
+  (``multi_turn_bar``): gain over problems >= 0.10, its interval's low end > 0, mean turns after
+  > 1.5; the document's ``multi_turn_bar`` asks it of at least 3 seeds;
 * the **curve**: held-out success at every evaluation, training success and the groups with a
   reward spread at every step;
 * the **reasoning's input dependence** at the first and the last measurement: the batch's MI
   (``collapse/mi`` and its bound ``log N``), retrieval accuracy@1 (and chance), the probe panel's
-  MI with its interval;
+  MI with its interval; and the **instruments** (``instruments``) at the first and the last
+  measurement of each scope, every figure read from ``metrics.jsonl`` (None where the run logged
+  none, or withheld under ``monitor.min_samples``, its count kept): later-turn MI
+  (``collapse/turns/*``) with its floor (``mi_floor``: logged on the full matrix only, not with
+  ``monitor.turn_negatives`` below the conversations) and bound (``mi_bound``, ``log_n``),
+  retrieval@1 and chance; the later-turn panel's (``collapse/panel/turns/*``); first-turn MI of
+  the batch (``collapse/*``) and of the probe panel (``collapse/panel/*``); grounding
+  (``collapse/*grounding/frac``) and whether the env has a ``ground`` hook at all; token entropy
+  (``collapse/token_entropy``, ``collapse/panel/token_entropy``, ``actor/entropy``) and reasoning
+  length (``collapse/reasoning_tokens_mean``, ``rollout/`` and ``eval/response_tokens_mean``);
 * the **weight sync**: the learner-vs-engine logprob gap (``actor/logprob_gap``) at every update
   and the probe's gap against its threshold at every sync (``sync/probe_logprob_gap``);
 * what explains a run that does not learn (issue 28 item 5): the reward spread per step
@@ -41,7 +63,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -49,6 +71,28 @@ from common import RESULTS, machine, median, parse_args, wilson  # noqa: E402  (
 
 BAR_GAIN = 0.10  # issue 28: every run gains >= 10 points, its interval excluding 0
 RESAMPLES = 10_000
+BAR_TURNS = 1.5  # issue 46: mean turns per held-out episode after training, above this
+BAR_SEEDS = 3  # issue 46: the multi-turn bar holds for at least this many seeds
+#: how the plot names a preset's task
+TASKS = {"smollm2_math": "one-digit Math", "smollm2_countdown": "Countdown, 2 numbers, 3 attempts"}
+
+#: the MI instruments' scopes (``ragen2.glossary``: the batch's measured at step 1 and every
+#: ``monitor.every`` steps, the probe panels' at step 0 and every ``monitor.every`` steps)
+MI_SCOPES = {"later_turns": "collapse/turns/", "later_turn_panel": "collapse/panel/turns/",
+             "first_turn": "collapse/", "first_turn_panel": "collapse/panel/"}
+#: what is read of each MI scope (absent fields read None: ``mi_lo`` / ``mi_hi`` are the panels'
+#: only, ``mi_floor`` the full matrix's only)
+MI_FIELDS = ("mi", "mi_lo", "mi_hi", "mi_floor", "mi_bound", "log_n", "mi_p_value",
+             "retrieval_acc@1", "retrieval_chance@1", "n_samples", "n_prompts")
+#: the grounding scopes (where the env has a ``ground`` hook) and their fields
+GROUNDING_SCOPES = {"first_turn": "collapse/grounding/", "later_turns": "collapse/turns/grounding/",
+                    "first_turn_panel": "collapse/panel/grounding/",
+                    "later_turn_panel": "collapse/panel/turns/grounding/"}
+GROUNDING_FIELDS = ("frac", "frac_lo", "frac_hi", "n_samples")
+#: token entropy and reasoning length, each at its first and last logged step
+ENTROPY_LENGTH_KEYS = ("collapse/token_entropy", "collapse/panel/token_entropy", "actor/entropy",
+                       "collapse/reasoning_tokens_mean", "rollout/response_tokens_mean",
+                       "eval/response_tokens_mean")
 
 
 def series(r: dict[int, dict[str, float]], key: str) -> dict[int, float]:
@@ -79,8 +123,152 @@ def paired_gain(before: Path, after: Path) -> dict[str, Any]:
             "after_ci": wilson(int(ka), n), "improved": d["n_above"], "worsened": d["n_below"]}
 
 
+def run_envs(run: Path) -> dict[str, Any] | None:
+    """The run's envs by entry name (``env.mix`` / ``env.eval`` entries, or the one ``env.id``),
+    each made with the run's own kwargs from ``.hydra/config.yaml``; None without that file."""
+    from dataclasses import fields
+
+    from ragen2.analysis.rollouts import load_hydra_config
+    from ragen2.config import EnvConfig
+    from ragen2.rollout.envs import all_entries, make_env
+
+    cfg = load_hydra_config(run)
+    if cfg is None or not isinstance(cfg.get("env"), dict):
+        return None
+    known = {f.name for f in fields(EnvConfig)}
+    env_cfg = EnvConfig(**{k: v for k, v in cfg["env"].items() if k in known})
+    return {e.name: make_env(e.id, e.kwargs) for e in all_entries(env_cfg)}
+
+
+def problem_of(envs: dict[str, Any]) -> Callable[[str, int], str]:
+    """``key(env, env_seed)``: the problem of an episode, its env reset on the seed
+    (``problem_key()``, the split's key); ``<env>:seed=<seed>`` for an env without one (its
+    seeds are its problems)."""
+    from ragen2.rollout.split import key_function
+
+    memo: dict[tuple[str, int], str] = {}
+
+    def key(name: str, seed: int) -> str:
+        if (name, seed) not in memo:
+            env = envs[name]
+            fn = key_function(env)
+            if fn is None:
+                memo[(name, seed)] = f"{name}:seed={seed}"
+            else:
+                env.reset(seed=seed)
+                memo[(name, seed)] = str(fn())
+        return memo[(name, seed)]
+
+    return key
+
+
+def outcomes_by_problem(path: Path, key: Callable[[str, int], str]
+                        ) -> dict[tuple[str, str], list[float]]:
+    """``{(env, problem): [success of each episode]}`` of an evaluation file, repeats kept (an
+    env with fewer held-out problems than episodes plays a problem under several seeds); episodes
+    with an env error left out."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if r["env_error"] is None:
+            out.setdefault((r["env"], key(r["env"], int(r["env_seed"]))), []).append(
+                float(r["success"]))
+    return out
+
+
+def paired_over_problems(before: dict[tuple[str, str], list[float]],
+                         after: dict[tuple[str, str], list[float]]) -> dict[str, Any]:
+    """The gain over problems (``(env, problem)`` keys: :func:`outcomes_by_problem`): each
+    problem's success rate (the mean of its episodes) at both ends, ``gain`` the mean over the
+    problems of both of the after-minus-before differences, a percentile-bootstrap 95% interval
+    resampling problems (``ragen2.analysis.run_stats.paired_difference``); ``before`` / ``after``
+    the mean rates over those problems (so ``after - before == gain``), ``improved`` /
+    ``worsened`` the problems whose rate rose / fell.
+
+    Example: before {p: [0, 0], q: [1]}, after {p: [1, 0], q: [1]} -> differences 0.5 and 0,
+    gain 0.25 (over episodes, 1/3 -> 2/3 would read +0.33)."""
+    from ragen2.analysis.run_stats import paired_difference
+
+    rate = lambda d: {p: sum(v) / len(v) for p, v in sorted(d.items()) if v}  # noqa: E731
+    b, a = rate(before), rate(after)
+    d = paired_difference(a, b, "mean", RESAMPLES, seed=0)  # resamples problems
+    common = [p for p in a if p in b]
+    n = d["n"]
+    return {"unit": "problem", "problems": n,
+            "episodes_before": sum(len(before[p]) for p in common),
+            "episodes_after": sum(len(after[p]) for p in common),
+            "unpaired_problems": len(set(a) ^ set(b)),
+            "before": sum(b[p] for p in common) / n if n else None,
+            "after": sum(a[p] for p in common) / n if n else None,
+            "gain": d["diff"], "gain_lo": d["lo"], "gain_hi": d["hi"],
+            "improved": d["n_above"], "worsened": d["n_below"],
+            "per_problem": [{"env": p[0], "problem": p[1], "before": b[p], "after": a[p],
+                             "episodes_before": len(before[p]), "episodes_after": len(after[p])}
+                            for p in common]}
+
+
+def turns(r: dict[int, dict[str, float]], first: int, last: int) -> dict[str, Any]:
+    """Mean turns per held-out episode at the two evaluations (``eval/num_turns_mean``)."""
+    s = series(r, "eval/num_turns_mean")
+    return {"key": "eval/num_turns_mean", "before_step": first, "after_step": last,
+            "before": s.get(first), "after": s.get(last)}
+
+
+def multi_turn_bar(gain: dict[str, Any] | None, turn: dict[str, Any]) -> dict[str, Any]:
+    """Issue 46's bar for one run: gain over problems >= ``BAR_GAIN``, its interval's low end > 0,
+    mean turns per held-out episode after training > ``BAR_TURNS``; each check None where its
+    figure is absent, ``passes`` only when all three hold."""
+    g = gain or {}
+    checks = {"gain": None if g.get("gain") is None else g["gain"] >= BAR_GAIN,
+              "interval": None if g.get("gain_lo") is None else g["gain_lo"] > 0,
+              "turns": None if turn.get("after") is None else turn["after"] > BAR_TURNS}
+    return {**checks, "passes": all(v is True for v in checks.values())}
+
+
+def measured_at(r: dict[int, dict[str, float]], scope: str, fields: tuple[str, ...]) -> list[int]:
+    """The steps whose row holds one of ``fields`` under ``scope`` (``collapse/mi``, not
+    ``collapse/alert``), counts included: the measurements, withheld ones too."""
+    return [s for s, row in sorted(r.items()) if any(scope + f in row for f in fields)]
+
+
+def scope_ends(r: dict[int, dict[str, float]], scope: str, fields: tuple[str, ...]
+               ) -> dict[str, Any]:
+    """``first`` / ``last``: ``{"step": s, field: value or None}`` of the scope's first and last
+    measurement (None for both when the run never measured it)."""
+    steps = measured_at(r, scope, fields)
+    if not steps:
+        return {"first": None, "last": None}
+    return {tag: {"step": st, **{f: r[st].get(scope + f) for f in fields}}
+            for tag, st in (("first", steps[0]), ("last", steps[-1]))}
+
+
+def key_ends(r: dict[int, dict[str, float]], key: str) -> dict[str, Any]:
+    """``first`` / ``last``: ``{"step", "value"}`` of a key's first and last logged value."""
+    s = series(r, key)
+    if not s:
+        return {"first": None, "last": None}
+    return {tag: {"step": st, "value": s[st]} for tag, st in (("first", min(s)), ("last", max(s)))}
+
+
+def instruments(r: dict[int, dict[str, float]], envs: dict[str, Any] | None,
+                min_samples: int) -> dict[str, Any]:
+    """The collapse instruments at their first and last measurement, every figure from
+    ``metrics.jsonl`` (None where absent); ``grounding.hook``: whether any of the run's envs has
+    a ``ground`` hook (None without the run's config), so an absent grounding reads "the env has
+    none" rather than "not measured"."""
+    hook = None if envs is None else any(callable(getattr(e.unwrapped, "ground", None))
+                                         for e in envs.values())
+    return {"min_samples": min_samples,
+            "mi": {name: scope_ends(r, scope, MI_FIELDS) for name, scope in MI_SCOPES.items()},
+            "grounding": {"hook": hook, **{name: scope_ends(r, scope, GROUNDING_FIELDS)
+                                           for name, scope in GROUNDING_SCOPES.items()}},
+            "entropy_length": {k: key_ends(r, k) for k in ENTROPY_LENGTH_KEYS}}
+
+
 def summarise(spec: str) -> dict[str, Any]:
-    from ragen2.analysis.rollouts import load_metrics
+    from ragen2.analysis.rollouts import load_hydra_config, load_metrics, run_min_samples
 
     parts = spec.split(":")
     run = Path(parts[0])
@@ -96,6 +284,14 @@ def summarise(spec: str) -> dict[str, Any]:
         "before": evals[first], "after": evals[last], "gain": evals[last] - evals[first],
         "gain_lo": None, "gain_hi": None, "note": "no per-episode outcomes: no paired interval"}
     gain["passes"] = bool(gain["gain"] >= BAR_GAIN and (gain["gain_lo"] or 0) > 0)
+    envs = run_envs(run)
+    by_problem = None
+    if envs is not None and before.exists() and after.exists():
+        key = problem_of(envs)
+        by_problem = paired_over_problems(outcomes_by_problem(before, key),
+                                          outcomes_by_problem(after, key))
+    turn = turns(r, first, last)
+    max_turns = ((load_hydra_config(run) or {}).get("rollout") or {}).get("max_turns")
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     cfg = {}
     hydra = run / ".hydra" / "overrides.yaml"
@@ -115,14 +311,19 @@ def summarise(spec: str) -> dict[str, Any]:
     panel_s = series(r, "timing/panel_s")
     return {
         "run": str(run), **cfg, "seed": seed, "steps": max(steps, default=0),
-        "wall_s": summary.get("wall_s"), "held_out": gain,
+        "wall_s": summary.get("wall_s"), "held_out": gain, "held_out_problems": by_problem,
+        "max_turns": max_turns, "turns": turn,
+        "multi_turn_bar": (multi_turn_bar(by_problem, turn)
+                           if isinstance(max_turns, int) and max_turns > 1 else None),
         "curve": {"eval_success": evals, "train_success": series(r, "rollout/success"),
+                  "eval_turns": series(r, "eval/num_turns_mean"),
                   "spread_groups_frac": {s: 1 - v for s, v in
                                          series(r, "rollout/zero_std_group_frac").items()}},
         "mi": ends(r, "collapse/mi", "collapse/log_n", "collapse/retrieval_acc@1",
                    "collapse/retrieval_chance@1", "collapse/mi_p_value"),
         "panel_mi": ends(r, "collapse/panel/mi", "collapse/panel/mi_lo", "collapse/panel/mi_hi",
                          "collapse/panel/log_n", "collapse/panel/retrieval_acc@1"),
+        "instruments": instruments(r, envs, run_min_samples(run)),
         "sync": {"logprob_gap_max": max(gaps.values(), default=None),
                  "logprob_gap_median": median(list(gaps.values())) if gaps else None,
                  "probe_gap_max": max(probe.values(), default=None),
@@ -159,12 +360,50 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("success")
     ax.set_ylim(0, 1)
     n = sorted({str(run["held_out"].get("problems", "?")) for run in runs})
-    ax.set_title("SmolLM2-135M-Instruct, one-digit Math (+experiment=smollm2_math)\n"
+    name = preset(runs)
+    ax.set_title(f"SmolLM2-135M-Instruct, {TASKS.get(name, name)} (+experiment={name})\n"
                  f"dots: {'/'.join(n)} evaluation episodes (bars: 95% Wilson); faint: training batch")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def preset(runs: list[dict[str, Any]]) -> str:
+    """The experiment preset the runs were made with (``+experiment=NAME`` of their overrides;
+    ``smollm2_math`` where none is recorded)."""
+    for r in runs:
+        for o in r.get("overrides", []):
+            if o.startswith("+experiment="):
+                return o.split("=", 1)[1]
+    return "smollm2_math"
+
+
+def bar_over_seeds(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Issue 46's bar over the runs: at least ``BAR_SEEDS`` distinct seeds, each passing
+    :func:`multi_turn_bar`; None when no run is multi-turn."""
+    multi = [r for r in runs if r.get("multi_turn_bar") is not None]
+    if not multi:
+        return None
+    seeds = sorted({r["seed"] for r in multi if r["seed"] is not None})
+    passed = [r["seed"] for r in multi if r["multi_turn_bar"]["passes"]]
+    return {"gain": BAR_GAIN, "turns": BAR_TURNS, "min_seeds": BAR_SEEDS, "seeds": seeds,
+            "passed": passed,
+            "met": len(seeds) >= BAR_SEEDS and len(passed) == len(multi)}
+
+
+def document(specs: list[str]) -> dict[str, Any]:
+    """The results document of the runs (``RUN_DIR`` or ``RUN_DIR:BEFORE:AFTER`` each)."""
+    runs = [summarise(s) for s in specs]
+    doc = {"benchmark": "smollm2_learning", "quick": False, "machine": machine(),
+           "settings": {"bar_gain": BAR_GAIN, "resamples": RESAMPLES,
+                        "command": f'make train ARGS="+experiment={preset(runs)} seed=S"'},
+           "results": runs,
+           "all_pass": all(r["held_out"]["passes"] for r in runs)}
+    multi = bar_over_seeds(runs)
+    if multi is not None:
+        doc["multi_turn_bar"] = multi
+    return doc
 
 
 def main() -> None:
@@ -175,13 +414,9 @@ def main() -> None:
                         help="the results' file name, without .json / .png")
 
     args = parse_args(__doc__, extra)
-    runs = [summarise(s) for s in args.runs]
+    doc = document(args.runs)
+    runs, multi = doc["results"], doc.get("multi_turn_bar")
     out = Path(args.out_dir)
-    doc = {"benchmark": "smollm2_learning", "quick": False, "machine": machine(),
-           "settings": {"bar_gain": BAR_GAIN, "resamples": RESAMPLES,
-                        "command": 'make train ARGS="+experiment=smollm2_math seed=S"'},
-           "results": runs,
-           "all_pass": all(r["held_out"]["passes"] for r in runs)}
     (out / f"{args.name}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     plot(runs, out / f"{args.name}.png")
     for r in runs:
@@ -189,6 +424,17 @@ def main() -> None:
         lo = "n/a" if h["gain_lo"] is None else f"[{h['gain_lo']:+.3f}, {h['gain_hi']:+.3f}]"
         print(f"seed {r['seed']}: {h['before']:.3f} -> {h['after']:.3f}  gain {h['gain']:+.3f} "
               f"{lo}  {'PASS' if h['passes'] else 'below the bar'}  wall {r['wall_s'] or 0:.0f} s")
+        p, t, bar = r["held_out_problems"], r["turns"], r["multi_turn_bar"]
+        if p is not None and p["problems"]:
+            lo = "n/a" if p["gain_lo"] is None else f"[{p['gain_lo']:+.3f}, {p['gain_hi']:+.3f}]"
+            print(f"  over {p['problems']} problems: {p['before']:.3f} -> {p['after']:.3f}  "
+                  f"gain {p['gain']:+.3f} {lo}")
+        if t["before"] is not None and t["after"] is not None:
+            print(f"  turns per held-out episode {t['before']:.2f} -> {t['after']:.2f}")
+        if bar is not None:
+            print(f"  issue 46's bar: {'PASS' if bar['passes'] else 'not met'} {bar}")
+    if multi is not None:
+        print(f"issue 46's bar over seeds {multi['seeds']}: {'met' if multi['met'] else 'not met'}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import account, collapse, multiturn, real_models, robustness, smollm2, speed, tiers
+from . import (account, collapse, countdown, multiturn, real_models, robustness, smollm2, speed,
+               tiers)
 from .data import table
 
 
@@ -40,6 +41,8 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "smollm2-memory": smollm2.smollm2_memory,
     "smollm2-multiturn-tasks": multiturn.smollm2_multiturn_tasks,
     "smollm2-multiturn-example": multiturn.smollm2_multiturn_example,
+    "smollm2-countdown": countdown.smollm2_countdown,
+    "smollm2-countdown-instruments": countdown.smollm2_countdown_instruments,
     "speed-setup": real_models.speed_setup,
     "speed-table": real_models.speed_table,
     "speed-step": real_models.speed_step,
