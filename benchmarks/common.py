@@ -39,13 +39,15 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` from anywhere
 
 
 def parse_args(doc: str, extra: Callable[[argparse.ArgumentParser], None] | None = None,
-               ) -> argparse.Namespace:
+               argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The shared options (``--quick``, ``--out-dir``) plus ``extra``'s, from ``argv`` (default:
+    the command line)."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small settings (the harness's --quick)")
     ap.add_argument("--out-dir", default=str(RESULTS), help="where <name>[.quick].json goes")
     if extra is not None:
         extra(ap)
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
 def machine() -> dict[str, Any]:

@@ -25,15 +25,23 @@ ragen2's step (0.53 of 0.88 s) and the ratio 1.1.
 
 Usage::
 
-    python benchmarks/trl_grpo.py [--quick]
+    python benchmarks/trl_grpo.py [--quick] [--steps N]
+
+``--model smollm2`` runs the other comparison, on SmolLM2-135M-Instruct with both learning
+curves (``trl_grpo_smollm2.py``: what it matches and what differs; results in
+``trl_grpo_smollm2.json``, this model's ``trl.json`` untouched)::
+
+    python benchmarks/trl_grpo.py --model smollm2 [--steps 30] [--seed 1] [--dtype auto]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
@@ -130,15 +138,59 @@ def trl_side(s: dict) -> dict:
             "samples": steps}
 
 
-def main() -> None:
-    args = common.parse_args(__doc__, lambda ap: ap.add_argument(
-        "--child", action="store_true", help=__import__("argparse").SUPPRESS))
-    s = QUICK if args.quick else FULL
+MODELS = ("tiny", "smollm2")
+SMOLLM2_ONLY = ("seed", "dtype", "work_dir")
+
+
+def positive_int(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not >= 1")
+    return n
+
+
+def options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--model", choices=MODELS, default="tiny",
+                    help="tiny: step time on the random-initialised tiny model (trl.json); "
+                         "smollm2: SmolLM2-135M-Instruct, step time and learning curves "
+                         "(trl_grpo_smollm2.json, trl_grpo_smollm2.py)")
+    ap.add_argument("--steps", type=positive_int, default=None,
+                    help="GRPO steps on each side (tiny: 6, --quick 3; smollm2: 30, --quick 3)")
+    ap.add_argument("--seed", type=int, default=None, help="smollm2: both sides' seed (1)")
+    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                    help="smollm2: both sides' compute dtype; auto (the default): ragen2's "
+                         "model.dtype=auto on this CPU (bf16 with avx512_bf16 / amx_bf16)")
+    ap.add_argument("--work-dir", default=None,
+                    help="smollm2: run directories, checkpoints and evaluations "
+                         "(default outputs/trl_grpo_smollm2/TIME)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; a bad ``--model`` (or a SmolLM2-only option with the tiny model) exits
+    with status 2 and the reason."""
+    args = common.parse_args(__doc__, options, argv)
+    given = [f"--{k.replace('_', '-')}" for k in SMOLLM2_ONLY if getattr(args, k) is not None]
+    if args.model == "tiny" and given:
+        print(f"trl_grpo.py: error: {', '.join(given)} only with --model smollm2", file=sys.stderr)
+        raise SystemExit(2)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    if args.model == "smollm2":
+        import trl_grpo_smollm2
+
+        trl_grpo_smollm2.run(args)
+        return
+    s = {**(QUICK if args.quick else FULL), **({"steps": args.steps} if args.steps else {})}
     if args.child:
         common.emit(trl_side(s))
         return
     common.model_path(["env=math"])
-    trl = common.run_child([__file__, "--child"] + (["--quick"] if args.quick else []))
+    trl = common.run_child([__file__, "--child"] + (["--quick"] if args.quick else [])
+                           + ([f"--steps={args.steps}"] if args.steps else []))
     print("trl", {k: v for k, v in trl.items() if k != "samples"}, flush=True)
     ours = ragen2_side(s)
     print("ragen2", {k: v for k, v in ours.items() if k != "samples"}, flush=True)
