@@ -36,8 +36,9 @@ Per run:
   MI with its interval; and the **instruments** (``instruments``) at the first and the last
   measurement of each scope, every figure read from ``metrics.jsonl`` (None where the run logged
   none, or withheld under ``monitor.min_samples``, its count kept): later-turn MI
-  (``collapse/turns/*``) with its floor (``mi_floor``: logged on the full matrix only, not with
-  ``monitor.turn_negatives`` below the conversations) and bound (``mi_bound``, ``log_n``),
+  (``collapse/turns/*``) with its floor (``mi_floor``: the permutation null's 95th percentile, on
+  the full matrix or, with ``monitor.turn_negatives`` below the conversations, over the sampled
+  negatives) and bound (``mi_bound``, ``log_n``),
   retrieval@1 and chance; the later-turn panel's (``collapse/panel/turns/*``); first-turn MI of
   the batch (``collapse/*``) and of the probe panel (``collapse/panel/*``); grounding
   (``collapse/*grounding/frac``) and whether the env has a ``ground`` hook at all; token entropy

@@ -60,7 +60,8 @@ MI = {
     "mi_z_ema": "EMA of mi_z (monitor.ema)",
     "log_n": "log of the number of prompts scored against: the largest MI possible",
     "mi_bound": "the bound of the distinct prompts (log of their count, identical ones merged)",
-    "mi_null": "mean MI of the permutation null (reasoning shuffled across inputs)",
+    "mi_null": "mean MI of the permutation null (reasoning shuffled across inputs; with sampled "
+               "negatives, each reasoning's owner redrawn among the inputs it was scored under)",
     "mi_floor": "95th percentile of the permutation null: an MI at or below it is noise",
     "mi_p_value": "permutation p-value of the estimate",
     "mi_lo": "panel: lower end of the 95% bootstrap interval of mi (over prompts)",

@@ -227,7 +227,7 @@ def test_the_blocks_render_the_runs(sl, runs, monkeypatch, tmp_path):
     assert "is not met: not by seed 1 and 3" in seeds and "5/8 episodes" in seeds
     assert ("| later-turn MI, batch (nats) | `collapse/turns/mi` | 0.600 -> n/a (n = 11 < 16) "
             "(steps 1, 20) |") in inst
-    # not logged at step 1 (sampled negatives), withheld with its count at step 20
+    # not logged at step 1 (a run from before the sampled-negatives floor), withheld with its count at step 20
     assert ("| its floor (permutation null, 95th percentile) | `collapse/turns/mi_floor` | "
             "n/a -> n/a (n = 11 < 16) (steps 1, 20) |") in inst
     assert ("`collapse/turns/retrieval_chance@1` | 0.125 -> n/a (n = 11 < 16) (steps 1, 20) |"
@@ -239,4 +239,4 @@ def test_the_blocks_render_the_runs(sl, runs, monkeypatch, tmp_path):
             "| n/a (not measured) |") in inst
     assert "`collapse/turns/grounding/frac` | n/a (the env has no ground hook) |" in inst
     assert "`actor/entropy` | 2.000 -> 0.800 (steps 1, 20) |" in inst
-    assert "the permutation null is computed on the full matrix only" in inst
+    assert "predates the sampled-negatives floor" in inst

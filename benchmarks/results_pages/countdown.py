@@ -199,9 +199,9 @@ def smollm2_countdown_instruments() -> str:
               if hooks == {False} else "Grounding where the env's `ground` hook checked claims.")
     floors = any(end is not None and end.get("mi") is not None and end.get("mi_floor") is None
                  for r in rs for end in r["instruments"]["mi"]["later_turns"].values())
-    floor = (" The later-turn floor is n/a where the batch's later turns were scored against "
-             "sampled negatives (`monitor.turn_negatives` below the number of conversations): the "
-             "permutation null is computed on the full matrix only." if floors else "")
+    floor = (" The later-turn floor is n/a where a run predates the sampled-negatives floor "
+             "(`monitor.turn_negatives` below the number of conversations, before "
+             "`ragen2.collapse.mi.permutation_null_subsampled`)." if floors else "")
     return table(head, rows) + f"""
 
 Every figure is read from the run's `metrics.jsonl` (n/a where the run logged none, or where a

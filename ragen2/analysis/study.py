@@ -62,6 +62,7 @@ SERIES = {
     "turns_retrieval": "collapse/turns/retrieval_acc@1",
     "turns_retrieval_4": "collapse/turns/retrieval_acc@4",
     "turns_chance": "collapse/turns/retrieval_chance@1",
+    "turns_mi_floor": "collapse/turns/mi_floor",  # its sampled-negatives null's 95th percentile
     "turns_mi_bound": "collapse/turns/mi_bound",
     "panel_turns_reasoning_tokens": "collapse/panel/turns/reasoning_tokens_mean",
     # does the reasoning state the true state (the env's ground hook; ragen2.collapse.grounding)
@@ -311,10 +312,11 @@ CURVE_PANELS = (("success", "held-out success"), ("mi", "MI (nats)"),
                 ("format_errors", "format error rate (training)"))
 
 
-#: MI series -> (its floor series, its bound series)
+#: MI series -> (its floor series, its bound series); a run that logged no floor (the batch's
+#: later turns before they had the sampled-negatives null) draws none
 MI_PANELS = {"mi": ("mi_floor", "mi_bound"), "panel_mi": ("panel_mi_floor", "panel_mi_bound"),
              "panel_turns_mi": ("panel_turns_mi_floor", "panel_turns_mi_bound"),
-             "turns_mi": (None, "turns_mi_bound")}  # sampled negatives: no permutation null
+             "turns_mi": ("turns_mi_floor", "turns_mi_bound")}
 
 
 def mi_ylim(values: list[float]) -> tuple[float, float]:

@@ -1,7 +1,8 @@
 """Template-collapse detection: online MI monitor, offline plug-in MI, run diagnosis.
 
 mi.py         mutual_information / mutual_information_subsampled (cross-scored logp matrix),
-              choose_negatives, permutation_null, EMA
+              choose_negatives, permutation_null (full matrix), permutation_null_subsampled
+              (sampled negatives), EMA
 plugin.py     reasoning_signatures (n-gram clustering), plugin_mutual_information,
               plugin_permutation_floor (text only, offline)
 diagnosis.py  diagnose -> Diagnosis(label, evidence, code): healthy / template_collapse /
@@ -30,6 +31,7 @@ from ragen2.collapse.mi import (
     mutual_information,
     mutual_information_subsampled,
     permutation_null,
+    permutation_null_subsampled,
 )
 from ragen2.collapse.plugin import (
     BIAS_CORRECTIONS,
@@ -51,6 +53,7 @@ __all__ = [
     "mutual_information_subsampled",
     "ngram_signature",
     "permutation_null",
+    "permutation_null_subsampled",
     "plugin_mutual_information",
     "plugin_permutation_floor",
     "reasoning_signatures",

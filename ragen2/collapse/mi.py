@@ -42,6 +42,7 @@ __all__ = [
     "mutual_information",
     "mutual_information_subsampled",
     "permutation_null",
+    "permutation_null_subsampled",
     "resample_statistics",
 ]
 
@@ -244,6 +245,35 @@ def mutual_information_subsampled(
         ValueError: shapes differ / not 2-D, K < 2, non-integer or negative cols, a prompt listed
             twice in one row, cols beyond prompt_keys, or the value checks of the full estimator.
     """
+    scores, own, _, cols_sorted = _sorted_columns(logp_sub, cols)
+    ks = check_ks(ks)
+    eps = check_eps(eps)
+    check_matched_finite(scores, own, "logp_sub", "column 0 (the sample's own prompt)")
+    classes = None
+    if prompt_keys is not None:
+        ids = key_ids(prompt_keys, None)
+        if int(cols_sorted.max()) >= ids.shape[0]:
+            raise ValueError(
+                f"cols refers to prompt {int(cols_sorted.max())} but prompt_keys has only "
+                f"{ids.shape[0]} entries; allowed: 0 <= cols < len(prompt_keys)"
+            )
+        classes = ids[cols_sorted]
+    return _metrics(scores, own, classes, ks, eps)
+
+
+def _sorted_columns(logp_sub: Tensor, cols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Validate a subsampled column plan and put every row's columns in ascending prompt order.
+
+    Args:
+        logp_sub: (S, K) float scores; cols: (S, K) integer prompt indices, column 0 the owner.
+    Returns:
+        scores (S, K) float64 in sorted column order, own (S,) long (where column 0 went),
+        order (S, K) long (sorted position -> original column, on the CPU) and cols_sorted
+        (S, K) long (on the CPU).
+    Raises:
+        ValueError: as ``mutual_information_subsampled`` (shapes, dtypes, negative or repeated
+            prompts in a row); the value checks of ``as_score_matrix``.
+    """
     scores = as_score_matrix(logp_sub, "logp_sub")
     S, K = scores.shape
     cols_t = torch.as_tensor(cols)
@@ -254,8 +284,6 @@ def mutual_information_subsampled(
     cols_t = cols_t.long().cpu()
     if (cols_t < 0).any():
         raise ValueError(f"cols must be >= 0 (prompt indices), found {int(cols_t.min())}")
-    ks = check_ks(ks)
-    eps = check_eps(eps)
     order = cols_t.argsort(dim=1, stable=True)
     cols_sorted = cols_t.gather(1, order)
     dup = cols_sorted[:, 1:] == cols_sorted[:, :-1]
@@ -268,17 +296,7 @@ def mutual_information_subsampled(
     scores = scores.gather(1, order.to(scores.device))
     # where the owner (original column 0) went after sorting
     own = (order == 0).long().argmax(dim=1).to(scores.device)
-    check_matched_finite(scores, own, "logp_sub", "column 0 (the sample's own prompt)")
-    classes = None
-    if prompt_keys is not None:
-        ids = key_ids(prompt_keys, None)
-        if int(cols_t.max()) >= ids.shape[0]:
-            raise ValueError(
-                f"cols refers to prompt {int(cols_t.max())} but prompt_keys has only "
-                f"{ids.shape[0]} entries; allowed: 0 <= cols < len(prompt_keys)"
-            )
-        classes = ids[cols_sorted]
-    return _metrics(scores, own, classes, ks, eps)
+    return scores, own, order, cols_sorted
 
 
 def permutation_null(
@@ -326,6 +344,104 @@ def permutation_null(
     perms = torch.rand((num_permutations, S), generator=generator, device=gen_device).argsort(dim=1)
     owners = own[perms.to(own.device)]  # (P, S): owners[p, s] = owner[perm_p(s)]
     null = scores.gather(1, owners.T).mean(dim=0) - marginal_mean  # (P,)
+    return {
+        "mi": float(observed),
+        "mi_null": float(null.mean()),
+        "mi_null_std": float(null.std(correction=0)),
+        "mi_null_q95": float(torch.quantile(null, 0.95)),
+        "p_value": (1.0 + float((null >= observed).sum())) / (1.0 + num_permutations),
+        "num_permutations": float(num_permutations),
+    }
+
+
+def permutation_null_subsampled(
+    logp_sub: Tensor,
+    cols: Tensor,
+    *,
+    num_permutations: int = 20,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """MI floor and significance test of the sampled-negatives estimate
+    (:func:`mutual_information_subsampled`), from the (S, K) scores it already has.
+
+    The null is "the reasoning does not depend on its prompt". Row s scores z_s under its owner
+    (column 0) and K - 1 prompts drawn uniformly from the others, so under the null the owner's
+    score is exchangeable with its negatives' scores: which of the K is the owner carries no
+    information. Each permutation therefore draws, independently per row, a pseudo-owner column
+    c'[p, s] uniformly among the row's K scored columns (the owner included) and computes
+    mi'_p = mean_s logp_sub[s, c'[p, s]] - mean_s marginal_s; the marginal (logsumexp over the
+    K columns - log K) does not depend on which column is the owner, as in
+    :func:`permutation_null`. The full-matrix null shuffles owners across samples; a sample's
+    shuffled owner need not be among its K scored prompts here, so the re-draw is per row (a
+    row keeps the owner itself with probability 1 / K).
+
+    Calibration. With independent rows the draw is an exact randomization test (the observed
+    pseudo-owner assignment is one of the K^S equally likely ones). Rows that share an owner also
+    share its offset b_j (a prompt under which every reasoning scores higher): the observed value
+    holds the count-weighted mean of the owners' offsets, sum_j n_j b_j / S, the same whichever
+    negatives were drawn, while each null draw re-picks the offsets row by row. Where prompts own
+    equal numbers of samples (the first turn's groups; the later turns' conversations) offsets
+    only widen the null, so the floor is conservative; with very unequal counts and large offsets
+    the observed value moves with the heavy prompts' offsets and the test is liberal. The
+    full-matrix null keeps the counts and has neither effect. Simulated (the model of
+    tests/collapse/test_mi_floor_subsampled.py: scores = sample effect + prompt offset (sd b) +
+    cell noise (sd 1); 400 trials, K = 8, P = 100), the share with
+    p_value <= 0.05 was 0.048 with no offsets (16 prompts x 4), 0.003 with sd b = 2 (16 x 4 or
+    64 x 1), 0.033-0.043 with counts 1-6 and sd b 0.5-2, but 0.29 when one of 25 prompts owned
+    40 of the 64 samples (sd b = 0.5).
+
+    Identical prompts (equal ``prompt_keys`` in the estimator) need no special case: under the
+    null a negative identical to the owner is as exchangeable as any other, so drawing it as
+    pseudo-owner keeps the test valid; under input dependence it scores like the owner and
+    lifts the null towards the estimate (lower power), as a shuffle onto a duplicate prompt does
+    in :func:`permutation_null`, which takes no keys either.
+
+    Args:
+        logp_sub: (S, K) float, logp_sub[s, c] = log p(z_s | x_{cols[s, c]}); every entry finite
+            (a pseudo-owner can land on any scored cell).
+        cols: (S, K) integer prompt indices, column 0 the owner, as for
+            :func:`mutual_information_subsampled` (the K entries of a row distinct).
+        num_permutations: P >= 1.
+        generator: torch.Generator for reproducible draws (None: torch's global RNG). The draw
+            is exactly ``torch.randint(K, (P, S), generator=generator)`` (on the generator's
+            device): c'[p, s] indexes row s's columns as given, 0 = the owner.
+    Returns:
+        the keys of :func:`permutation_null`: ``mi`` (observed; equal bit for bit to
+        ``mutual_information_subsampled(logp_sub, cols)["mi"]``), ``mi_null`` (mean of the P
+        null values), ``mi_null_std`` (their population std), ``mi_null_q95`` (their 95th
+        percentile, linear interpolation: the floor), ``p_value`` = (1 + #{null mi >= observed
+        mi}) / (1 + P), ``num_permutations`` = P. Rows whose K scores are equal (an input-blind
+        policy) give null == observed in every draw, hence p_value = 1; an owner column far above
+        the rest gives p_value = 1 / (1 + P) unless a draw keeps the owner on every row
+        (probability K^-S).
+    Raises:
+        ValueError: as :func:`mutual_information_subsampled`, plus any -inf entry or
+            num_permutations < 1.
+    """
+    if isinstance(num_permutations, bool) or not isinstance(num_permutations, int) or num_permutations < 1:
+        raise ValueError(f"num_permutations must be an integer >= 1, got {num_permutations!r}")
+    scores, own, order, cols_sorted = _sorted_columns(logp_sub, cols)
+    S, K = scores.shape
+    if torch.isneginf(scores).any():
+        s, pos = first_where(torch.isneginf(scores))[0]
+        raise ValueError(
+            f"permutation_null_subsampled needs every entry of logp_sub finite (a pseudo-owner can "
+            f"land on any scored cell), found -inf for sample {s} under prompt "
+            f"{int(cols_sorted[s, pos])}"
+        )
+    # the estimator's arithmetic (columns in ascending prompt order): observed == its mi bit for bit
+    matched = scores.gather(1, own[:, None]).squeeze(1)  # (S,)
+    marginal_mean = (torch.logsumexp(scores, dim=1) - math.log(K)).mean()
+    observed = matched.mean() - marginal_mean
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    picks = torch.randint(K, (num_permutations, S), generator=generator, device=gen_device)
+    # original column c of row s sits at sorted position position[s, c]
+    position = order.argsort(dim=1).to(scores.device)  # (S, K)
+    sorted_picks = position.gather(1, picks.to(scores.device).T)  # (S, P)
+    values = scores.gather(1, sorted_picks).T.contiguous()  # (P, S): logp_sub[s, c'[p, s]]
+    # one 1-D mean per draw, the reduction of the observed mean: a draw that lands on values equal
+    # to the owner's reproduces the estimate exactly (no rounding difference in either direction)
+    null = torch.stack([v.mean() for v in values]) - marginal_mean  # (P,)
     return {
         "mi": float(observed),
         "mi_null": float(null.mean()),

@@ -6,7 +6,10 @@ reasoning, tags excluded, as the sampled token ids), asks a scorer for log p(z_s
 plan (every prompt, or the owner plus ``max_negatives`` sampled ones), and turns the matrix into
 ``collapse/*`` metrics with :func:`ragen2.collapse.mutual_information` (sums of token logprobs, the
 SPEC's definition) plus a per-token-mean variant and a permutation null (``mi_null`` its mean,
-``mi_floor`` its 95th percentile, ``mi_p_value``; on the full matrix only).
+``mi_floor`` its 95th percentile, ``mi_p_value``): on the full matrix the sample<->prompt pairing
+shuffled (:func:`ragen2.collapse.mi.permutation_null`), on a subsampled plan a pseudo-owner drawn
+per row among its scored columns (:func:`ragen2.collapse.mi.permutation_null_subsampled`, from
+its own generator so that every other draw stays as it was).
 
 With ``action_mi`` it also asks whether the first turn's action follows its reasoning,
 I(A; Z | X) under ``collapse/action/*`` (:mod:`ragen2.collapse.action_mi`): every answer scored
@@ -32,7 +35,8 @@ from ragen2.collapse.action_mi import (ActionInputs, build_action_inputs,
                                        conditional_mutual_information, score_actions)
 from ragen2.collapse.contrast import measure_contrast, state_key
 from ragen2.collapse.mi import (EMA, choose_negatives, mutual_information,
-                                mutual_information_subsampled, permutation_null)
+                                mutual_information_subsampled, permutation_null,
+                                permutation_null_subsampled)
 from ragen2.collapse.withhold import MIN_SAMPLES
 from ragen2.rollout.trajectory import Trajectory
 
@@ -168,7 +172,7 @@ class MIMonitor:
         fewer than 2 prompts had first-turn reasoning, as the entropy reference then waits)."""
         inputs = build_inputs(trajs, min_prompts=0)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        m = self._score(inputs, scorer, self.max_negatives, gen)
+        m = self._score(inputs, scorer, self.max_negatives, gen, self._null_seed(step, 0))
         out = {f"collapse/{k}": v for k, v in m.items()}
         entropy = None
         if len(inputs.contexts) >= 2:
@@ -183,7 +187,8 @@ class MIMonitor:
             for i, (mode, name) in enumerate(modes):
                 rng = np.random.default_rng([self.seed, step, 7 + i])
                 turns = build_turn_inputs(trajs, rng, mode, min_prompts=0)
-                m = self._score(turns, scorer, self.turn_negatives, gen)
+                m = self._score(turns, scorer, self.turn_negatives, gen,
+                                self._null_seed(step, 1 + i))
                 out.update({f"collapse/{name}/{k}": v for k, v in m.items()})
                 if mode == "trajectory":  # among inputs that differ in one coordinate
                     out.update(measure_contrast(
@@ -211,12 +216,20 @@ class MIMonitor:
         out["collapse/action/answer_tokens_mean"] = float(np.mean([len(c) for c in inputs.continuations]))
         return out
 
+    def _null_seed(self, step: int, scope: int) -> int:
+        """Seed of the subsampled plan's permutation null (scope 0: the first turn; 1 + i: the
+        i-th later-turn mode). Its own stream, derived from the monitor's seed and the step
+        only: drawing it neither advances the shared ``gen`` (the negatives of the later turns
+        are drawn from it after the first turn's) nor touches any other generator."""
+        return int(np.random.SeedSequence([self.seed, step, 13, scope]).generate_state(1)[0])
+
     def _score(self, inputs: MonitorInputs, scorer: Scorer, max_negatives: int,
-               gen: torch.Generator) -> dict[str, float]:
-        """MI (summed and per-token-mean logprobs), retrieval@k and, on the full matrix, the
-        permutation null of one set of (context, reasoning) pairs; only ``n_samples`` and
-        ``n_prompts`` (the prompts each sample would be scored under) below ``min_samples``
-        samples or 2 prompts, and then nothing is scored."""
+               gen: torch.Generator, null_seed: int) -> dict[str, float]:
+        """MI (summed and per-token-mean logprobs), retrieval@k and the permutation null of one
+        set of (context, reasoning) pairs; only ``n_samples`` and ``n_prompts`` (the prompts
+        each sample would be scored under) below ``min_samples`` samples or 2 prompts, and then
+        nothing is scored. ``gen`` draws the negatives and the full matrix's null (in that
+        order, as always); the subsampled plan's null draws from ``null_seed``'s own generator."""
         n, n_samples = len(inputs.contexts), len(inputs.owner)
         if n < 2 or n_samples < self.min_samples:
             scored = 1 + min(max_negatives, n - 1) if max_negatives and n >= 2 else n
@@ -239,13 +252,13 @@ class MIMonitor:
             summed = mutual_information_subsampled(logp_t, cols, prompt_keys=inputs.prompt_keys,
                                                    ks=RETRIEVAL_KS)
             mean = mutual_information_subsampled(mean_t, cols, prompt_keys=inputs.prompt_keys)
-            null = None
+            null = permutation_null_subsampled(logp_t, cols, num_permutations=self.permutations,
+                                               generator=torch.Generator().manual_seed(null_seed))
         out = {k: float(v) for k, v in summed.items()}
         out["mi_token_mean"] = float(mean["mi"])
-        if null is not None:
-            out["mi_null"] = float(null["mi_null"])
-            out["mi_floor"] = float(null["mi_null_q95"])  # the null's 95th percentile
-            out["mi_p_value"] = float(null["p_value"])
+        out["mi_null"] = float(null["mi_null"])
+        out["mi_floor"] = float(null["mi_null_q95"])  # the null's 95th percentile
+        out["mi_p_value"] = float(null["p_value"])
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -186,3 +186,60 @@ def test_retrieval_at_4_separates_what_retrieval_at_1_cannot():
     assert mb["retrieval_acc@1"] == pytest.approx(1 / 8)
     assert ma["retrieval_acc@4"] == 1.0 and mb["retrieval_acc@4"] == pytest.approx(0.5)
     assert ma["retrieval_chance@4"] == mb["retrieval_chance@4"] == 0.5
+
+
+def _noisy_policy_scorer(calls):
+    """:func:`_policy_scorer` plus a deterministic per-(context, reasoning) jitter, so that any
+    change in which negatives are scored changes the values; records every column plan."""
+    base = _policy_scorer(True)
+
+    def score(contexts, conts, columns):
+        calls.append(np.array(columns, copy=True))
+        logp, tokens = base(contexts, conts, columns)
+        jitter = [[(hash((tuple(contexts[j]), tuple(conts[s]))) % 97) / 97 for j in row]
+                  for s, row in enumerate(columns)]
+        return logp + np.asarray(jitter), tokens
+    return score
+
+
+def _subsampled_monitor():
+    # 8 groups (prompts) of 3: 2 sampled negatives per sample on the first turn and the later turns
+    return MIMonitor(every=1, min_samples=2, permutations=20, max_negatives=2, turn_negatives=2,
+                     turn_uniform=True)
+
+
+SCOPES = ("collapse/", "collapse/turns/", "collapse/turn_uniform/")
+
+
+def test_subsampled_plans_log_the_floor_below_the_bound():
+    trajs = [two_turn(g, [50], [100 + g]) for g in range(8) for _ in range(3)]
+    out = _subsampled_monitor().measure(trajs, _noisy_policy_scorer([]), 5).metrics
+    for p in SCOPES:
+        assert out[p + "n_prompts"] == 3.0  # the owner and 2 negatives: the subsampled estimator
+        assert {p + "mi_null", p + "mi_floor", p + "mi_p_value"} <= set(out)
+        assert out[p + "mi_null"] <= out[p + "mi_floor"] <= out[p + "mi_bound"]
+    # the first turn is a template (every prompt scores [50] alike, up to the jitter); the later
+    # turn names its prompt: far above its floor, significant at 1 / (1 + 20)
+    assert out["collapse/turns/mi"] > out["collapse/turns/mi_floor"] + 1.0
+    assert out["collapse/turns/mi_p_value"] == pytest.approx(1 / 21)
+
+
+def test_the_subsampled_null_changes_no_other_value_and_no_draw(monkeypatch):
+    """The same measurement with the new null's code path replaced by a stub that draws nothing:
+    every other metric is bit-identical and every scorer call gets the same column plan (the
+    later turns' negatives come from the generator the first turn's were drawn from)."""
+    import ragen2.collapse.monitor as monitor_module
+
+    trajs = [two_turn(g, [50], [100 + g]) for g in range(8) for _ in range(3)]
+    calls_with: list[np.ndarray] = []
+    with_null = _subsampled_monitor().measure(trajs, _noisy_policy_scorer(calls_with), 5).metrics
+    monkeypatch.setattr(monitor_module, "permutation_null_subsampled",
+                        lambda *a, **k: {"mi_null": 0.0, "mi_null_q95": 0.0, "p_value": 1.0})
+    calls_without: list[np.ndarray] = []
+    without = _subsampled_monitor().measure(trajs, _noisy_policy_scorer(calls_without), 5).metrics
+    new = {p + k for p in SCOPES for k in ("mi_null", "mi_floor", "mi_p_value")}
+    assert set(with_null) == set(without) and new <= set(with_null)
+    assert {k: v for k, v in with_null.items() if k not in new} == \
+        {k: v for k, v in without.items() if k not in new}
+    assert len(calls_with) == len(calls_without) >= 3  # the first turn and the two later-turn modes
+    assert all(np.array_equal(a, b) for a, b in zip(calls_with, calls_without))
