@@ -26,6 +26,10 @@ from ragen2.rollout.trajectory import collate
 
 log = logging.getLogger("ragen2")
 
+#: warm-start steps the learner ranks run per call (one Ray round trip, one host read of their
+#: metrics); any number gives the same weights and metrics
+STEPS_PER_CALL = 16
+
 
 def warm_start_key(cfg: Config, model_path: str, train_envs: list[EnvEntry]) -> str:
     """Everything the warm-started weights depend on (the run seed is not part of it)."""
@@ -89,7 +93,6 @@ class WarmStart:
     def behaviour_clone(self, experts: list[EnvEntry]) -> dict[str, float]:
         """Demonstrations of the ``experts`` (train envs with a demonstration() hook), then SFT."""
         import ray
-        from tqdm.auto import tqdm
 
         ws = self.cfg.trainer.warm_start
         specs = self.problems.episode_specs(experts, ws.episodes, 1,
@@ -99,28 +102,44 @@ class WarmStart:
                                       [ws.seed * 7919 + i for i in range(n)])
         check_env_errors(trajs, 0.0, "warm-start demonstrations")
         demo = rollout_metrics(trajs, "warm_start/demo")
-        batch_ref = ray.put(collate(trajs))
-        rng = np.random.default_rng(ws.seed)
-        steps_per_epoch = -(-len(trajs) // ws.batch_size)
+        m = self.clone(ray.put(collate(trajs)), len(trajs))
+        return {**m, "warm_start/demo_success": demo["warm_start/demo/success"]}
+
+    def clone(self, batch_ref: Any, n: int) -> dict[str, float]:
+        """Behaviour cloning on the ``n`` rows of the demonstrations' batch (an object ref):
+        ``epochs`` passes in batches of ``batch_size`` rows; the last step's metrics and the steps
+        skipped for a nan/inf. The learner ranks run :data:`STEPS_PER_CALL` steps a call."""
+        from tqdm.auto import tqdm
+
+        ws, limit = self.cfg.trainer.warm_start, self.cfg.trainer.max_nonfinite_steps
+        steps = sft_plan(n, ws.epochs, ws.batch_size, ws.seed)
         m: dict[str, float] = {}
-        skipped = in_row = 0  # warm-start steps skipped for a nan/inf loss or gradient
-        with tqdm(total=ws.epochs * steps_per_epoch, desc="warm start", unit="step",
-                  dynamic_ncols=True) as bar:
-            for _ in range(ws.epochs):
-                perm = rng.permutation(len(trajs))
-                for i in range(steps_per_epoch):
-                    rows = np.sort(perm[i * ws.batch_size:(i + 1) * ws.batch_size])
-                    result = self.actors.learners.sft_step(batch_ref, rows, ws.lr)
+        done = skipped = in_row = 0  # steps run; skipped for a nan/inf loss or gradient
+        with tqdm(total=len(steps), desc="warm start", unit="step", dynamic_ncols=True) as bar:
+            while done < len(steps):
+                chunk = steps[done:done + STEPS_PER_CALL]
+                # (a chunk stops after a skipped step: each is counted before any more runs)
+                for result in self.actors.learners.sft_steps(batch_ref, chunk, ws.lr):
+                    done += 1
                     m = result.metrics
                     skipped += float(result.outcome.nonfinite_skipped)
                     in_row = count_nonfinite(
-                        in_row, result.outcome.nonfinite_skipped > 0,
-                        self.cfg.trainer.max_nonfinite_steps, f"warm-start step {bar.n + 1}",
-                        "warm_start/nonfinite_skipped",
+                        in_row, result.outcome.nonfinite_skipped > 0, limit,
+                        f"warm-start step {done}", "warm_start/nonfinite_skipped",
                         "lower trainer.warm_start.lr, set a smaller algorithm.grad_clip, or train in "
                         "model.dtype=float32")
-                    bar.set_postfix(loss=f"{m['warm_start/loss']:.3f}",
-                                    acc=f"{m['warm_start/token_acc']:.3f}", refresh=False)
                     bar.update()
-        return {**m, "warm_start/nonfinite_skipped": skipped,
-                "warm_start/demo_success": demo["warm_start/demo/success"]}
+                bar.set_postfix(loss=f"{m['warm_start/loss']:.3f}",
+                                acc=f"{m['warm_start/token_acc']:.3f}")
+        return {**m, "warm_start/nonfinite_skipped": skipped}
+
+
+def sft_plan(n: int, epochs: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    """The warm start's steps over ``n`` demonstration rows: per epoch a permutation (a generator
+    seeded with ``seed``), cut into batches of ``batch_size`` rows, each sorted."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(epochs):
+        perm = rng.permutation(n)
+        steps += [np.sort(perm[i:i + batch_size]) for i in range(0, n, batch_size)]
+    return steps

@@ -61,10 +61,12 @@ class LearnerGroup:
         metrics = self._all("update", batch_ref, step)[0]
         return UpdateResult(metrics, update_outcome(metrics))
 
-    def sft_step(self, batch_ref: Any, rows: Any, lr: float) -> UpdateResult:
-        """One warm-start behaviour-cloning step on ``rows`` of the batch: metrics and outcome."""
-        metrics = self._all("sft_step", batch_ref, rows, lr)[0]
-        return UpdateResult(metrics, sft_outcome(metrics))
+    def sft_steps(self, batch_ref: Any, steps: Sequence[Any], lr: float) -> list[UpdateResult]:
+        """Warm-start behaviour-cloning steps on each of ``steps`` (row ids of the batch) in turn,
+        in one call to every rank: each step's metrics and outcome. The steps stop after the
+        first one skipped for a nan/inf, so the caller counts skips in a row before any more."""
+        metrics = self._all("sft_steps", batch_ref, steps, lr)[0]
+        return [UpdateResult(m, sft_outcome(m)) for m in metrics]
 
     def grad_snr(self, batch_ref: Any, buckets: Any) -> dict[str, float]:
         """Gradient norms of the loss terms per bucket of rows (no optimiser step)."""

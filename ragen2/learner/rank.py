@@ -120,6 +120,12 @@ class LearnerRank:
         (:func:`ragen2.learner.ppo.update`); its ``actor/`` and ``critic/`` metrics."""
         return ppo.update(self.state, TrainingBatch.of(batch), step)
 
+    def sft_steps(self, batch: Batch, steps: Sequence[np.ndarray],
+                  lr: float) -> list[dict[str, float]]:
+        """Behaviour-cloning steps on each of ``steps`` (row ids) in turn, stopping after a
+        skipped one (:func:`ragen2.learner.sft.sft_steps`); each step's metrics."""
+        return sft.sft_steps(self.state, TrainingBatch.of(batch), steps, lr)
+
     def sft_step(self, batch: Batch, rows: np.ndarray, lr: float) -> dict[str, float]:
         """One behaviour-cloning step on ``rows`` (:func:`ragen2.learner.sft.sft_step`)."""
         return sft.sft_step(self.state, TrainingBatch.of(batch), rows, lr)

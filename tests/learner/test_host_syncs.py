@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten
 
 import ragen2.learner.forward as forward_module
 import ragen2.learner.ppo as ppo_module
+import ragen2.learner.sft as sft_module
 from ragen2.algos.advantages import AdvantageInputs
 from ragen2.algos.objective import (LossInputs, assign_credit, combined_regulariser_weights,
                                     compute_loss, snr_gate)
@@ -111,14 +112,14 @@ def counting_host_reads() -> Iterator[HostReads]:
             return patched[name](self, *a, **k)
         return read
 
-    forward_module.to_device = ppo_module.to_device = marked_copy
+    forward_module.to_device = ppo_module.to_device = sft_module.to_device = marked_copy
     for name in patched:
         setattr(torch.Tensor, name, host_read(name))
     try:
         with mode:
             yield mode
     finally:
-        forward_module.to_device = ppo_module.to_device = to_device
+        forward_module.to_device = ppo_module.to_device = sft_module.to_device = to_device
         for name, fn in patched.items():
             setattr(torch.Tensor, name, fn)
 

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from ragen2.learner.sft import sft_step
+import ragen2.learner.sft as sft
+from ragen2.learner.sft import sft_step, sft_steps
 from tests.learner.toy import batch_of, toy_state
 
 # one row; the trained labels (ids[1:] under the loss mask) are 0, 1, 1, 3
@@ -36,3 +37,22 @@ def test_a_nonfinite_loss_skips_the_step():
     m = sft_step(s, BATCH, np.array([0]), lr=0.1)
     assert m["warm_start/nonfinite_skipped"] == 1.0 and math.isnan(m["warm_start/grad_norm"])
     assert not s.sft_optim.state  # never stepped
+
+
+def test_steps_run_in_order_and_stop_after_a_skipped_one(monkeypatch):
+    """A chunk of steps equals the same steps one call each, and ends with its first skipped step
+    (the controller counts skips in a row before any more run)."""
+    one_by_one, chunk = toy_state(vocab=4), toy_state(vocab=4)
+    singles = [sft_step(one_by_one, BATCH, np.array([0]), lr=0.1) for _ in range(3)]
+    assert sft_steps(chunk, BATCH, [np.array([0])] * 3, lr=0.1) == singles
+    assert chunk.model.bias.tolist() == one_by_one.model.bias.tolist()
+
+    real, calls = sft.logprobs_from_logits, []
+
+    def second_is_nan(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs) * (float("nan") if len(calls) == 2 else 1.0)
+
+    monkeypatch.setattr(sft, "logprobs_from_logits", second_is_nan)
+    m = sft_steps(toy_state(vocab=4), BATCH, [np.array([0])] * 3, lr=0.1)
+    assert [x["warm_start/nonfinite_skipped"] for x in m] == [0.0, 1.0] and len(calls) == 2

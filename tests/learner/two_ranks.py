@@ -21,7 +21,8 @@ from ragen2.cluster.rendezvous import SpawnRendezvous
 #: job name -> the test module whose ``_worker(rank, path, rdv, out_dir)`` runs on both ranks
 JOBS = {"world2": "tests.learner.test_rank_world2", "nonfinite": "tests.learner.test_nonfinite",
         "meta_init": "tests.learner.test_meta_init",
-        "sharded": "tests.learner.test_sharded_checkpoint"}
+        "sharded": "tests.learner.test_sharded_checkpoint",
+        "warm_start": "tests.learner.test_warm_start_chunks"}
 
 
 def run_two_ranks(target, *args, timeout: float = 300) -> None:
