@@ -188,3 +188,24 @@ def test_the_multiturn_block_names_the_candidates_inside_the_window(monkeypatch)
     inside = text.split("window (held-out success, the point estimate): ")[1].split(". ")[0]
     assert "`math2_retry` (0.200)" in inside and "countdown2_retry" not in inside
     assert "10 + 6 = 16" in BLOCKS["smollm2-multiturn-example"]("countdown2_retry")
+
+
+def test_a_settings_ab_names_both_sides_settings(tmp_path):
+    """``update_ab.py --b-set`` (one checkout, two settings) renders as A / B with each side's
+    overrides, not as a commit before / after; the ratio is the file's."""
+    from results_pages import account
+
+    doc = {"settings": {"run_dir": "x/runs/d0_s3", "rounds": 2, "repeats": 3},
+           "results": {"A": {"commit": "abc1234", "overrides": [], "update_s": [8.0, 7.5],
+                             "median_s": 7.75},
+                       "B": {"commit": "abc1234", "overrides": ["learner.attn_implementation=eager"],
+                             "update_s": [20.0, 19.0], "median_s": 19.5},
+                       "per_round_ratio": [2.5, 2.53]},
+           "ratios": {"b_over_a": 19.5 / 7.75}}
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    text = account.update_ab(str(path))
+    assert "run `d0_s3`'s median batch at abc1234" in text
+    assert "A (the run's settings) and B (`learner.attn_implementation=eager`)" in text
+    assert "B / A: 2.516 (per round 2.50, 2.53)" in text
+    assert "before" not in text

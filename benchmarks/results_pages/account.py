@@ -5,6 +5,8 @@ argument, so a page can show another sitting's account."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .data import load, pct, table
 
 DOC = "benchmarks/results/step_account.json"
@@ -130,10 +132,20 @@ def update_ab(path: str) -> str:
     def times(side: dict) -> str:
         return ", ".join(_secs(x) for x in side["update_s"])
 
-    return (f"One update of the account's batch, {d['settings']['rounds']} rounds alternating the "
-            f"commit before ({a['commit']}) and after ({commit}), each the median of "
-            f"{d['settings']['repeats']} updates: before {times(a)} "
+    rounds = (f"{d['settings']['rounds']} rounds alternating", f"each the median of "
+              f"{d['settings']['repeats']} updates")
+    per_round = ", ".join(f"{x:.2f}" for x in r["per_round_ratio"])
+    if a.get("overrides") or b.get("overrides"):  # one checkout, two settings
+        def named(side: dict) -> str:
+            return ", ".join(f"`{o}`" for o in side.get("overrides") or []) or "the run's settings"
+
+        run = Path(d["settings"]["run_dir"]).name
+        return (f"One update of run `{run}`'s median batch at {commit}, {rounds[0]} A ({named(a)}) "
+                f"and B ({named(b)}), {rounds[1]}: A {times(a)} (median {_secs(a['median_s'])}); "
+                f"B {times(b)} (median {_secs(b['median_s'])}). B / A: "
+                f"{d['ratios']['b_over_a']:.3f} (per round {per_round}).")
+    return (f"One update of the account's batch, {rounds[0]} the "
+            f"commit before ({a['commit']}) and after ({commit}), {rounds[1]}: before {times(a)} "
             f"(median {_secs(a['median_s'])}); "
             f"after {times(b)} (median {_secs(b['median_s'])}). After / before: "
-            f"{d['ratios']['b_over_a']:.3f} (per round "
-            + ", ".join(f"{x:.2f}" for x in r["per_round_ratio"]) + ").")
+            f"{d['ratios']['b_over_a']:.3f} (per round {per_round}).")
