@@ -344,14 +344,7 @@ def permutation_null(
     perms = torch.rand((num_permutations, S), generator=generator, device=gen_device).argsort(dim=1)
     owners = own[perms.to(own.device)]  # (P, S): owners[p, s] = owner[perm_p(s)]
     null = scores.gather(1, owners.T).mean(dim=0) - marginal_mean  # (P,)
-    return {
-        "mi": float(observed),
-        "mi_null": float(null.mean()),
-        "mi_null_std": float(null.std(correction=0)),
-        "mi_null_q95": float(torch.quantile(null, 0.95)),
-        "p_value": (1.0 + float((null >= observed).sum())) / (1.0 + num_permutations),
-        "num_permutations": float(num_permutations),
-    }
+    return _null_summary(observed, null)
 
 
 def permutation_null_subsampled(
@@ -442,15 +435,22 @@ def permutation_null_subsampled(
     # one 1-D mean per draw, the reduction of the observed mean: a draw that lands on values equal
     # to the owner's reproduces the estimate exactly (no rounding difference in either direction)
     null = torch.stack([v.mean() for v in values]) - marginal_mean  # (P,)
+    return _null_summary(observed, null)
+
+
+
+def _null_summary(observed: Tensor, null: Tensor) -> dict[str, float]:
+    """The permutation nulls' report: the observed MI, the (P,) null values' mean, population std
+    and 95th percentile (the floor), and the one-sided p-value (1 + #{null >= observed}) / (1 + P)."""
+    p = null.numel()
     return {
         "mi": float(observed),
         "mi_null": float(null.mean()),
         "mi_null_std": float(null.std(correction=0)),
         "mi_null_q95": float(torch.quantile(null, 0.95)),
-        "p_value": (1.0 + float((null >= observed).sum())) / (1.0 + num_permutations),
-        "num_permutations": float(num_permutations),
+        "p_value": (1.0 + float((null >= observed).sum())) / (1.0 + p),
+        "num_permutations": float(p),
     }
-
 
 def bootstrap_intervals(
     logp: Tensor,
