@@ -315,12 +315,13 @@ def test_a_collapse_case_gets_the_hand_computed_verdicts(s3, tmp_path):
             _run(out, arm, seed, 0.9, g, success_end=g / 2, mi_end=1 - g, entropy_end=g / 2,
                  checkable=0.5 if (arm, seed) == ("dhigh", 2) else 0.95)
             keys.append((arm, seed))
-    # d0 seed 0's panel files: every prompt right at step 0; at 90 and 100 half the prompts
-    # right throughout and half wrong -> the per-prompt changes are 0 and -1
+    # d0 seed 0's panel files: every prompt right at step 0; at 90 and 100 prompt 0 right
+    # throughout and prompts 1-3 wrong (prompt 2's second sample not checkable) -> the
+    # per-prompt changes are 0 and -1
     d = out / "runs" / "d0_s0"
     _panel(d, 0, [[1.0, 1.0]] * 4)
     for step in (90, 100):
-        _panel(d, step, [[1.0, 1.0], [0.0, 0.0], [1.0, None], [0.0, 0.0]])
+        _panel(d, step, [[1.0, 1.0], [0.0, 0.0], [0.0, None], [0.0, 0.0]])
     result = report.analyze(out, _book(out, keys), {"doses": DOSES}, plots=False, resamples=500)
     v = _verdicts(result)
     assert {k: v[k] for k in ("G1", "G2a", "G2b", "G3a", "G3b")} == {
@@ -346,6 +347,10 @@ def test_a_collapse_case_gets_the_hand_computed_verdicts(s3, tmp_path):
     assert "## smallest fall (or largest rise) of grounding: d0 seed 3" in examples  # -0.05 first
     assert "retrieval missed the drift (G5): d0 seed 0" in examples
     assert "    - [0] I am at row 1, sample 0." in examples and "    - [-] I am at row 2, sample 1." in examples
+    # the prompts shown are the three whose grounding fell (1, 2, 3), not prompt 0 (no fall)
+    assert "row 0" not in examples
+    assert examples.index("row 1, sample 0") < examples.index("row 2, sample 0") < \
+        examples.index("row 3, sample 0")
     assert per["dhigh_s2"]["template_collapse"] is False and "checkable 0.50" in \
         per["dhigh_s2"]["template_collapse_why"]
     assert per["d0_s3"]["template_collapse"] is False  # -0.05: no drift
@@ -421,3 +426,17 @@ def test_rho_interval_on_hand_made_points(s3):
     # ranks x 1,2,3,4 against y 2,1,4,3: rho = 1 - 6 * 4 / (4 * 15) = 0.6
     assert analysis.rho_interval([(1, 2), (2, 1), (3, 4), (4, 3)], 300)["rho"] == pytest.approx(0.6)
     assert analysis.rho_interval([(1, 1), (2, 1), (3, 1)])["rho"] is None
+
+
+def test_examples_pick_the_prompts_whose_grounding_fell_most(s3):
+    """_largest_falls: per prompt, the grounded fraction of its checkable samples at the last
+    step minus at the first; a prompt with nothing checkable at either step counts as no fall;
+    ties keep the panel's order."""
+    _, _, report = s3
+    verdicts = {0: {"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 0.0], "d": [1.0, 1.0],
+                    "e": [None, None]},
+                100: {"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 0.0], "d": [0.0, None],
+                      "e": [0.0, 0.0]}}
+    # falls: a 0, b -0.5, c -0.5, d -1, e none (0)
+    assert report._largest_falls(verdicts, 0, 100) == ["d", "b", "c"]
+    assert report._largest_falls(verdicts, 0, 100, k=5) == ["d", "b", "c", "a", "e"]

@@ -134,13 +134,20 @@ def tables(ev: dict[str, Any], missing: dict[str, str], settings: dict[str, Any]
     for name, sec in ev["secondary"].items():
         lines.append(f"| {name} (`{sec['key']}`) | "
                      + " | ".join(_spread(sec["arms"][a]) for a in ARMS) + " |")
-    lines += ["", "## Hypotheses", "",
-              "| id | effect [95% interval] | n | verdict | left out |", "|---|---|---|---|---|"]
+    lines += ["", "## Hypotheses", ""]
+    if missing:
+        lines += [f"**Interim**: {len(missing)} of {total} registered runs are not finished. The "
+                  "verdicts below read the runs finished so far; the study's verdicts are those "
+                  "read once every registered run is finished (the docs page shows them only "
+                  "then). Over 3 or 4 runs a bootstrap interval of Spearman's rho is degenerate "
+                  "(most resamples repeat a run), so an interval of [+1, +1] there says little.",
+                  ""]
+    lines += ["| id | effect [95% interval] | n | verdict | left out |", "|---|---|---|---|---|"]
     for h in [*ev["hypotheses"], *ev["g4"], ev["g5"]]:
         lines.append(f"| {h['id']} | {_f(h['effect'], 3, True)} [{_f(h['lo'], 3, True)}, "
                      f"{_f(h['hi'], 3, True)}] | {h['n']} | {h['verdict']} | "
                      f"{len(h['dropped'])} |")
-    lines += ["", "## Verdicts (generated from the rules)", ""]
+    lines += ["", "## Verdicts (generated from the rules)" + (", interim" if missing else ""), ""]
     lines += [f"- {x}" for x in verdict_text(ev)]
     lines += ["", "## Secondary outcomes, paired (descriptive, no verdict)", "",
               "| outcome | " + " | ".join(next(iter(ev["secondary"].values()))["paired"]) + " |",
@@ -180,7 +187,8 @@ def _mean_step_s(m: dict[int, dict[str, Any]]) -> float | None:
 def write_examples(out: Path, ev: dict[str, Any], dirs: dict[tuple[str, int], Path]) -> None:
     """Later-turn panel reasoning at step 0 and at the last panel step, with the env's verdict
     per sample, of the runs with the largest and the smallest grounding change and of every run
-    G5 flags (retrieval missed the drift)."""
+    G5 flags (retrieval missed the drift): per run, the three panel prompts whose grounded
+    fraction fell most from the first to the last step (:func:`_largest_falls`)."""
     from ragen2.analysis.report_samples import load_panel
 
     have = {k: r["grounding_change"] for k, r in ev["runs"].items()
@@ -195,9 +203,11 @@ def write_examples(out: Path, ev: dict[str, Any], dirs: dict[tuple[str, int], Pa
         arm, seed = name.split("/")
         chosen.append(("retrieval missed the drift (G5)", (arm, int(seed))))
     lines = ["# Study 3: reasoning examples", "",
-             "Later-turn probe panel (fixed held-out states after a scripted opening): three "
-             "prompts, each sample's reasoning with the env's grounding verdict (1 = states the "
-             "true position, 0 = a wrong one, - = nothing checkable).", ""]
+             "Later-turn probe panel (fixed held-out states after a scripted opening): per run, "
+             "the three prompts whose grounded fraction fell most from the first panel step to "
+             "the last (ties: the panel's order), each sample's reasoning with the env's grounding "
+             "verdict (1 = states the true position, 0 = a wrong one, - = nothing checkable).",
+             ""]
     if not chosen:
         lines.append("No run has a grounding change yet.")
     for title, key in chosen:
@@ -207,19 +217,44 @@ def write_examples(out: Path, ev: dict[str, Any], dirs: dict[tuple[str, int], Pa
                   f"{_f(r['grounding_change'], 3, True)})", ""]
         texts = load_panel(dirs[key], "panel/turns")
         verdicts = load_panel_grounding(dirs[key], tuple(texts))
-        for step in (min(texts, default=None), max(texts, default=None)):
+        first, last = min(texts, default=None), max(texts, default=None)
+        shown = _largest_falls(verdicts, first, last)
+        for step in (first, last):
             if step is None:
                 continue
             lines.append(f"- step {step}:")
-            for p in texts[step][:3]:
-                raw_key = p["key"].split(" ", 1)[-1]
-                g = next((v for k, v in verdicts.get(step, {}).items() if str(k) == raw_key), [])
+            for p in sorted((p for p in texts[step] if _raw_key(p) in shown),
+                            key=lambda p: shown.index(_raw_key(p))):
+                g = next((v for k, v in verdicts.get(step, {}).items() if str(k) == _raw_key(p)),
+                         [])
                 lines.append(f"  - state: `{(p['prompt'] or '').strip().replace(chr(10), ' / ')[:160]}`")
                 for i, text in enumerate(p["reasoning"][:2]):
                     mark = "-" if i >= len(g) or g[i] is None else f"{g[i]:g}"
                     lines.append(f"    - [{mark}] {(text or '(none)')[:300]}")
         lines.append("")
     (out / "examples.md").write_text("\n".join(lines))
+
+
+def _raw_key(p: dict[str, Any]) -> str:
+    """A panel record's prompt key as ``load_panel_grounding`` keys it (the env name dropped)."""
+    return p["key"].split(" ", 1)[-1]
+
+
+def _largest_falls(verdicts: dict[int, dict[Any, list[float | None]]], first: int | None,
+                   last: int | None, k: int = 3) -> list[str]:
+    """The keys of the ``k`` prompts whose grounded fraction (checkable samples only) fell most
+    from step ``first`` to step ``last``; a prompt without a checkable sample at either step
+    counts as no fall; ties keep the panel's order."""
+    def frac(step: int | None, key: Any) -> float | None:
+        g = [x for x in verdicts.get(step, {}).get(key, []) if x is not None]
+        return sum(g) / len(g) if g else None
+
+    keys = list(verdicts.get(first, {}) or verdicts.get(last, {}))
+    falls = []
+    for i, key in enumerate(keys):
+        a, b = frac(first, key), frac(last, key)
+        falls.append((b - a if a is not None and b is not None else 0.0, i, str(key)))
+    return [key for _, _, key in sorted(falls)[:k]]
 
 
 def analyze(out: Path, runs: list[dict[str, Any]], settings: dict[str, Any], plots: bool = True,
