@@ -887,26 +887,28 @@ class PhaseTimer:
 def instrument(rank: Any, timer: PhaseTimer) -> None:
     """Time the update's sub-phases on this rank: forwards (with / without autograd), backwards,
     the optimiser step (clipping, the finite check's all-reduce, AdamW), the shared-prefix plan
-    and FSDP's gather for it (patched in this process only)."""
+    and FSDP's gather for it (patched in this process only). An older checkout (``update_ab.py
+    --base``) may lack some of these functions: what it lacks is left untimed (its time falls in
+    ``other``), and an update that calls ``rank._forward`` gets that timed as the forward."""
     import torch
 
     import ragen2.learner.ppo as ppo
 
-    fwd, step, plan = ppo.forward, ppo.optimizer_step, ppo.prefix_plan
+    def timed(fn: Any, label: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            with timer.phase(label() if callable(label) else label):
+                return fn(*a, **k)
+        return wrapper
 
-    def forward(*a: Any, **k: Any) -> Any:
-        with timer.phase("forward" if torch.is_grad_enabled() else "forward_nograd"):
-            return fwd(*a, **k)
+    def fwd_label() -> str:
+        return "forward" if torch.is_grad_enabled() else "forward_nograd"
 
-    def optimizer(*a: Any, **k: Any) -> Any:
-        with timer.phase("optimizer"):
-            return step(*a, **k)
-
-    def prefix(*a: Any, **k: Any) -> Any:
-        with timer.phase("prefix_plan"):
-            return plan(*a, **k)
-
-    ppo.forward, ppo.optimizer_step, ppo.prefix_plan = forward, optimizer, prefix
+    for name, label in (("forward", fwd_label), ("optimizer_step", "optimizer"),
+                        ("prefix_plan", "prefix_plan")):
+        if hasattr(ppo, name):
+            setattr(ppo, name, timed(getattr(ppo, name), label))
+    if not hasattr(ppo, "forward") and hasattr(rank, "_forward"):
+        rank._forward = timed(rank._forward, fwd_label)
     backward = torch.Tensor.backward
 
     def timed_backward(self: Any, *a: Any, **k: Any) -> Any:
@@ -914,7 +916,9 @@ def instrument(rank: Any, timer: PhaseTimer) -> None:
             return backward(self, *a, **k)
 
     torch.Tensor.backward = timed_backward
-    holding = ppo.holding
+    holding = getattr(ppo, "holding", None)
+    if holding is None:
+        return
 
     @contextmanager
     def timed_holding(r: Any, share: Any) -> Iterator[None]:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from results_pages import BLOCKS, collapse  # noqa: E402
-from tests.test_collapse_study3 import DOSES, ORDER_OF_A_SEED, _book, _run  # noqa: E402
+from tests.test_collapse_study3 import DOSES, ORDER_OF_A_SEED, _book, _panel, _run  # noqa: E402
 
 NOT_SURVIVING = {"coef": 0.1, "survives": False, "stopped_at": 16, "returncode": 75,
                  "why": "batch format errors above 0.5 for 5 steps in a row (steps 12-16): "
@@ -85,6 +85,15 @@ def test_a_survivor_its_doses_one_finished_and_one_interrupted_run(tmp_path):
                                        "0.10 -> 0.30", "0.05", "**yes**"]]
     assert "wait for the registered runs: 1 of 24 finished." in text
     assert "**G1**" not in text
+    assert "What template collapse looks like" not in text  # no panel files: nothing to show
+    # the run's panel: prompt 1 fell (1, 1 -> 0, nothing checkable), prompt 0 held
+    _panel(out / "runs" / "d0_s0", 0, [[1.0, 1.0], [1.0, 1.0]])
+    _panel(out / "runs" / "d0_s0", 100, [[1.0, 1.0], [0.0, None]])
+    text = BLOCKS["study3-status"](str(out))
+    assert "What template collapse looks like in `d0_s0`" in text and "(state `state 1`)" in text
+    assert _rows(text, "0") + _rows(text, "100") == [
+        ["0", "I am at row 1, sample 0.", "1"], ["0", "I am at row 1, sample 1.", "1"],
+        ["100", "I am at row 1, sample 0.", "0"], ["100", "I am at row 1, sample 1.", "-"]]
 
 
 def test_the_verdicts_appear_once_every_registered_run_is_finished(tmp_path):

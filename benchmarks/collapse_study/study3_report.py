@@ -188,9 +188,7 @@ def write_examples(out: Path, ev: dict[str, Any], dirs: dict[tuple[str, int], Pa
     """Later-turn panel reasoning at step 0 and at the last panel step, with the env's verdict
     per sample, of the runs with the largest and the smallest grounding change and of every run
     G5 flags (retrieval missed the drift): per run, the three panel prompts whose grounded
-    fraction fell most from the first to the last step (:func:`_largest_falls`)."""
-    from ragen2.analysis.report_samples import load_panel
-
+    fraction fell most from the first to the last step (:func:`panel_examples`)."""
     have = {k: r["grounding_change"] for k, r in ev["runs"].items()
             if r["grounding_change"] is not None}
     chosen = []
@@ -215,24 +213,47 @@ def write_examples(out: Path, ev: dict[str, Any], dirs: dict[tuple[str, int], Pa
         lines += [f"## {title}: {key[0]} seed {key[1]} (grounding {_f(r['grounding_before'])} -> "
                   f"{', '.join(_f(v) for v in r['grounding_after'])}, change "
                   f"{_f(r['grounding_change'], 3, True)})", ""]
-        texts = load_panel(dirs[key], "panel/turns")
-        verdicts = load_panel_grounding(dirs[key], tuple(texts))
-        first, last = min(texts, default=None), max(texts, default=None)
-        shown = _largest_falls(verdicts, first, last)
-        for step in (first, last):
-            if step is None:
-                continue
-            lines.append(f"- step {step}:")
-            for p in sorted((p for p in texts[step] if _raw_key(p) in shown),
-                            key=lambda p: shown.index(_raw_key(p))):
-                g = next((v for k, v in verdicts.get(step, {}).items() if str(k) == _raw_key(p)),
-                         [])
-                lines.append(f"  - state: `{(p['prompt'] or '').strip().replace(chr(10), ' / ')[:160]}`")
-                for i, text in enumerate(p["reasoning"][:2]):
-                    mark = "-" if i >= len(g) or g[i] is None else f"{g[i]:g}"
-                    lines.append(f"    - [{mark}] {(text or '(none)')[:300]}")
-        lines.append("")
+        lines += [*_example_lines(panel_examples(dirs[key])), ""]
     (out / "examples.md").write_text("\n".join(lines))
+
+
+def panel_examples(run_dir: Path, k: int = 3, samples: int = 2) -> list[dict[str, Any]]:
+    """The run's later-turn panel at its first and last panel steps: the ``k`` prompts whose
+    grounded fraction fell most (:func:`_largest_falls`), in that order, per step. One entry per
+    (step, prompt): ``{"step", "state", "samples": [(reasoning, verdict mark), ...]}`` with the
+    first ``samples`` reasonings, the mark "1", "0" or "-" (nothing checkable); [] without panel
+    files."""
+    from ragen2.analysis.report_samples import load_panel
+
+    texts = load_panel(run_dir, "panel/turns")
+    verdicts = load_panel_grounding(run_dir, tuple(texts))
+    first, last = min(texts, default=None), max(texts, default=None)
+    shown = _largest_falls(verdicts, first, last, k)
+    out = []
+    for step in dict.fromkeys(x for x in (first, last) if x is not None):
+        for p in sorted((p for p in texts[step] if _raw_key(p) in shown),
+                        key=lambda p: shown.index(_raw_key(p))):
+            g = next((v for key, v in verdicts.get(step, {}).items() if str(key) == _raw_key(p)),
+                     [])
+            out.append({"step": step,
+                        "state": (p["prompt"] or "").strip().replace("\n", " / ")[:160],
+                        "samples": [((text or "(none)")[:300],
+                                     "-" if i >= len(g) or g[i] is None else f"{g[i]:g}")
+                                    for i, text in enumerate(p["reasoning"][:samples])]})
+    return out
+
+
+def _example_lines(examples: list[dict[str, Any]]) -> list[str]:
+    """``examples.md``'s nested list of :func:`panel_examples`' entries, grouped by step."""
+    lines: list[str] = []
+    step = None
+    for e in examples:
+        if e["step"] != step:
+            step = e["step"]
+            lines.append(f"- step {step}:")
+        lines.append(f"  - state: `{e['state']}`")
+        lines += [f"    - [{mark}] {text}" for text, mark in e["samples"]]
+    return lines
 
 
 def _raw_key(p: dict[str, Any]) -> str:

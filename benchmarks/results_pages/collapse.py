@@ -370,6 +370,18 @@ def _study3_runs(s3, report, path: Path) -> str:
                   table(["run", "grounding 0 -> 90, 100", "change [95% over prompts]",
                          "held-out success 0 -> 100", "held-out format errors @100",
                          "template collapse"], [_headline(r, report._f) for r in rows])]
+    collapsed = [r["key"] for r in rows if r["template_collapse"]]
+    for key in collapsed:
+        ex = report.panel_examples(path / "runs" / key, k=1)
+        if ex:
+            parts += [f"What template collapse looks like in `{key}`: the later-turn panel prompt "
+                      f"whose grounding fell most (state `{ex[0]['state']}`), two of its samples "
+                      "before RL and at the last panel step, each with the env's verdict (1 states "
+                      "the true position, 0 a wrong one, - nothing checkable; `examples.md` has "
+                      "three prompts per run):",
+                      table(["step", "reasoning", "verdict"],
+                            [[str(e["step"]), text.replace("|", "\\|"), mark]
+                             for e in ex for text, mark in e["samples"]])]
     apart = res.get("per_run_not_counted", [])
     if apart:
         parts += ["Finished runs of seeds not counted (reported, left out of G1-G5):",
