@@ -930,6 +930,12 @@ def instrument(rank: Any, timer: PhaseTimer) -> None:
     ppo.holding = timed_holding
 
 
+def _policy_version(rank: Any) -> int:
+    """The rank's policy version (``rank.state.version``; ``rank.version`` in a checkout from
+    before ``RankState``, as ``update_ab.py --base`` may import)."""
+    return rank.state.version if hasattr(rank, "state") else rank.version
+
+
 def _profile_rank(rank_id: int, world: int, rdv: Any, spec: dict, queue: Any) -> None:
     """One learner rank: ``spec["repeats"]`` timed updates after a warm-up, then one profiled."""
     try:
@@ -951,7 +957,7 @@ def _profile_rank(rank_id: int, world: int, rdv: Any, spec: dict, queue: Any) ->
         instrument(rank, timer)
         samples = []
         for r in range(spec["repeats"] + 1):
-            batch["policy_version"][:] = rank.state.version
+            batch["policy_version"][:] = _policy_version(rank)
             timer.totals = {}
             t0 = time.perf_counter()
             rank.update(batch, step=1)
@@ -960,7 +966,7 @@ def _profile_rank(rank_id: int, world: int, rdv: Any, spec: dict, queue: Any) ->
                 phases = dict(timer.totals)
                 phases["other"] = wall - sum(phases.values())
                 samples.append({"wall_s": wall, **phases})
-        batch["policy_version"][:] = rank.state.version
+        batch["policy_version"][:] = _policy_version(rank)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             t0 = time.perf_counter()
             with torch.profiler.record_function("account::update"):

@@ -209,3 +209,27 @@ def test_a_settings_ab_names_both_sides_settings(tmp_path):
     assert "A (the run's settings) and B (`learner.attn_implementation=eager`)" in text
     assert "B / A: 2.516 (per round 2.50, 2.53)" in text
     assert "before" not in text
+
+
+def test_a_commit_ab_names_the_batch_it_timed(tmp_path):
+    """A commit before / after A/B names its batch: the account's (a run under
+    ``outputs/step_account/``) or another run's median batch by the run's name."""
+    from results_pages import account
+
+    doc = {"settings": {"run_dir": "outputs/step_account/2026-12-05_04-16-43", "rounds": 1,
+                        "repeats": 3},
+           "results": {"A": {"commit": "aaa1111", "update_s": [10.0], "median_s": 10.0},
+                       "B": {"commit": "bbb2222", "update_s": [8.0], "median_s": 8.0},
+                       "per_round_ratio": [0.8]},
+           "ratios": {"b_over_a": 0.8}}
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    assert account.update_ab(str(path)).startswith(
+        "One update of the account's batch, 1 rounds alternating the commit before (aaa1111) "
+        "and after (bbb2222)")
+    doc["settings"]["run_dir"] = "benchmarks/collapse_study/results_v3/runs/d0_s3"
+    path = tmp_path / "ab_run.json"
+    path.write_text(json.dumps(doc))
+    text = account.update_ab(str(path))
+    assert text.startswith("One update of run `d0_s3`'s median batch, 1 rounds alternating")
+    assert "After / before: 0.800 (per round 0.80)." in text

@@ -135,16 +135,18 @@ def update_ab(path: str) -> str:
     rounds = (f"{d['settings']['rounds']} rounds alternating", f"each the median of "
               f"{d['settings']['repeats']} updates")
     per_round = ", ".join(f"{x:.2f}" for x in r["per_round_ratio"])
+    run_dir = Path(d["settings"]["run_dir"])
+    batch = ("the account's batch" if run_dir.parent.name == "step_account"  # step_account.py's run
+             else f"run `{run_dir.name}`'s median batch")
     if a.get("overrides") or b.get("overrides"):  # one checkout, two settings
         def named(side: dict) -> str:
             return ", ".join(f"`{o}`" for o in side.get("overrides") or []) or "the run's settings"
 
-        run = Path(d["settings"]["run_dir"]).name
-        return (f"One update of run `{run}`'s median batch at {commit}, {rounds[0]} A ({named(a)}) "
+        return (f"One update of {batch} at {commit}, {rounds[0]} A ({named(a)}) "
                 f"and B ({named(b)}), {rounds[1]}: A {times(a)} (median {_secs(a['median_s'])}); "
                 f"B {times(b)} (median {_secs(b['median_s'])}). B / A: "
                 f"{d['ratios']['b_over_a']:.3f} (per round {per_round}).")
-    return (f"One update of the account's batch, {rounds[0]} the "
+    return (f"One update of {batch}, {rounds[0]} the "
             f"commit before ({a['commit']}) and after ({commit}), {rounds[1]}: before {times(a)} "
             f"(median {_secs(a['median_s'])}); "
             f"after {times(b)} (median {_secs(b['median_s'])}). After / before: "
