@@ -440,3 +440,30 @@ def test_examples_pick_the_prompts_whose_grounding_fell_most(s3):
     # falls: a 0, b -0.5, c -0.5, d -1, e none (0)
     assert report._largest_falls(verdicts, 0, 100) == ["d", "b", "c"]
     assert report._largest_falls(verdicts, 0, 100, k=5) == ["d", "b", "c", "a", "e"]
+
+
+def test_sentence_form_kept_masks_numbers_and_nothing_else(s3, tmp_path):
+    """sentence_form_kept: step 0 writes two forms (directions Down and Right, 10 samples each)
+    and one slip ("starts 2", 1 of 21: under 5%, not a form of the warm start); at the last step
+    a sample that only changes numbers keeps its form, one that writes "starts 2" or drops a
+    sentence does not, and an empty reasoning counts against it: 2 of 5 kept."""
+    _, _, report = s3
+    d = tmp_path / "run"
+    folder = d / "panel" / "turns"
+    folder.mkdir(parents=True)
+    start = (["I am at row 2, column 1. The shortest safe path starts Down."] * 10
+             + ["I am at row 1, column 3. The shortest safe path starts Right."] * 10
+             + ["I am at row 1, column 3. The shortest safe path starts 3."])
+    end = ["I am at row 3, column 1.  The shortest safe path starts Down.",  # numbers, spaces
+           "I am at row 4, column 4. The shortest safe path starts Right.",
+           "I am at row 4, column 4. The shortest safe path starts 2.",
+           "I am at row 4, column 4.",
+           ""]
+    for step, texts in ((0, start), (10, ["unused"]), (100, end)):
+        rec = {"step": step, "key": 7, "env": "frozenlake", "turn": 2, "prompt": "s",
+               "reasoning": texts, "answers": ["Down"] * len(texts)}
+        (folder / f"step_{step:06d}.jsonl").write_text(json.dumps(rec) + "\n")
+    assert report.sentence_form_kept(d) == {"step": 100, "kept": 2, "of": 5, "frac": 0.4}
+    (folder / "step_000010.jsonl").unlink()
+    (folder / "step_000100.jsonl").unlink()
+    assert report.sentence_form_kept(d) is None  # one panel step: nothing to compare

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,8 @@ def _run_row(arm: str, seed: int, r: dict[str, Any], note: str = "") -> str:
 
 def tables(ev: dict[str, Any], missing: dict[str, str], settings: dict[str, Any],
            runs: list[dict[str, Any]], seeds: list[int] = FULL["seeds"],
-           apart: dict[str, Any] | None = None) -> str:
+           apart: dict[str, Any] | None = None,
+           forms: dict[str, dict[str, Any] | None] | None = None) -> str:
     """``tables.md``: runs (missing ones named), per run, per arm (primary and secondary
     changes), hypotheses, verdict text, step times of quiet pairs."""
     doses = settings.get("doses", {})
@@ -120,6 +122,17 @@ def tables(ev: dict[str, Any], missing: dict[str, str], settings: dict[str, Any]
               "template collapse |", "|" + "---|" * 9]
     lines += [_run_row(arm, seed, r) for (arm, seed), r in ev["runs"].items()]
     lines += [_run_row(v["arm"], v["seed"], v, " (not counted)") for v in (apart or {}).values()]
+    if forms:
+        lines += ["", "## Sentence form kept (descriptive, not registered)", "",
+                  "Added 2026-12-06 after `dlow_top_p_s3`, whose reasoning passed the registered "
+                  "fluency test (checkable >= 0.8) while its sentences broke: of the later-turn "
+                  "panel's reasonings at the last panel step, the share whose sentence form "
+                  "(numbers masked, spaces collapsed) is one that at least 5% of the same panel's "
+                  "reasonings had before RL (`sentence_form_kept`). No rule reads it.", "",
+                  "| run | kept at the last panel step |", "|---|---|"]
+        lines += [f"| `{k}` | " + ("-" if f is None else
+                                   f"{f['frac']:.2f} ({f['kept']} of {f['of']}, step {f['step']})")
+                  + " |" for k, f in forms.items()]
     lines += ["", "## Per arm: change, median [min, max] (runs with a value of the arm's runs)", "",
               "| outcome | " + " | ".join(f"`{a}`" for a in ARMS) + " |",
               "|" + "---|" * (len(ARMS) + 1)]
@@ -256,6 +269,33 @@ def _example_lines(examples: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _form(text: str) -> str:
+    """A reasoning's sentence form: its numbers masked as ``#``, its whitespace collapsed."""
+    return re.sub(r"\d+", "#", " ".join(text.split()))
+
+
+def sentence_form_kept(run_dir: Path, min_share: float = 0.05) -> dict[str, Any] | None:
+    """Descriptive, not registered (added 2026-12-06): of the later-turn panel's reasonings at
+    its last panel step, how many have a sentence form (:func:`_form`) that at least
+    ``min_share`` of the same panel's reasonings had at its first step (before RL): the warm
+    start's forms, not its rare slips. ``{"step", "kept", "of", "frac"}``; None without two
+    panel steps. "I am at row 3, column 1." keeps the form of "I am at row 2, column 1.";
+    "... starts 2." does not keep "... starts Down.".
+    """
+    from ragen2.analysis.report_samples import load_panel
+
+    texts = load_panel(run_dir, "panel/turns")
+    if len(texts) < 2:
+        return None
+    first, last = min(texts), max(texts)
+    written = [_form(t) for p in texts[first] for t in p["reasoning"] if t]
+    before = {f for f in set(written) if written.count(f) >= min_share * len(written)}
+    after = [t for p in texts[last] for t in p["reasoning"]]
+    kept = sum(1 for t in after if t and _form(t) in before)
+    return {"step": last, "kept": kept, "of": len(after),
+            "frac": kept / len(after) if after else 0.0}
+
+
 def _raw_key(p: dict[str, Any]) -> str:
     """A panel record's prompt key as ``load_panel_grounding`` keys it (the env name dropped)."""
     return p["key"].split(" ", 1)[-1]
@@ -315,7 +355,9 @@ def analyze(out: Path, runs: list[dict[str, Any]], settings: dict[str, Any], plo
               "grounding_key": GROUNDING, "secondary_keys": {k: v[0] for k, v in SECONDARY.items()},
               "final_step": FINAL, "plots": plot_names}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
-    (out / "tables.md").write_text(tables(ev, missing, settings, rows, seeds, apart))
+    forms = {f"{a}_s{sd}": sentence_form_kept(d) for (a, sd), d in dirs.items()}
+    forms.update({k: sentence_form_kept(out / "runs" / k) for k in apart})
+    (out / "tables.md").write_text(tables(ev, missing, settings, rows, seeds, apart, forms))
     if dirs:
         write_examples(out, ev, dirs)
     for line in result["verdicts"]:
