@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -288,8 +289,8 @@ def sentence_form_kept(run_dir: Path, min_share: float = 0.05) -> dict[str, Any]
     if len(texts) < 2:
         return None
     first, last = min(texts), max(texts)
-    written = [_form(t) for p in texts[first] for t in p["reasoning"] if t]
-    before = {f for f in set(written) if written.count(f) >= min_share * len(written)}
+    written = Counter(_form(t) for p in texts[first] for t in p["reasoning"] if t)
+    before = {f for f, c in written.items() if c >= min_share * written.total()}
     after = [t for p in texts[last] for t in p["reasoning"]]
     kept = sum(1 for t in after if t and _form(t) in before)
     return {"step": last, "kept": kept, "of": len(after),
