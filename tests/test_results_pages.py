@@ -213,7 +213,9 @@ def test_a_settings_ab_names_both_sides_settings(tmp_path):
 
 def test_a_commit_ab_names_the_batch_it_timed(tmp_path):
     """A commit before / after A/B names its batch: the account's (a run under
-    ``outputs/step_account/``) or another run's median batch by the run's name."""
+    ``outputs/step_account/``) or another run's median batch by the run's name.
+
+    No run: the A/B's JSON is written by hand; a collapse-study run folder is only named."""
     from results_pages import account
 
     doc = {"settings": {"run_dir": "outputs/step_account/2026-12-05_04-16-43", "rounds": 1,
