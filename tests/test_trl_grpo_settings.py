@@ -177,3 +177,32 @@ def test_trl_step_times_cover_a_generation_and_its_optimiser_steps():
     assert run.step_times([0.0, 1.0, 3.0, 6.0, 10.0], 2) == [3.0, 7.0]
     assert run.step_times([0.0, 1.0, 3.0, 6.0], 2) == [3.0]  # an unfinished generation is left out
     assert run.median_after_first([9.0, 1.0, 2.0, 3.0]) == 2.0  # step 1 warms up
+
+
+def test_a_stopped_comparison_resumes_from_its_finished_stages(tgs, cfg, tmp_path, monkeypatch):
+    """No run: the stages' results are written by hand and every process start is refused."""
+    run = load_benchmark("trl_grpo_smollm2.py", "trl_grpo_smollm2")
+    s = tgs.settings(STEPS, 1, "float32", cfg=cfg)
+    work = run.open_work_dir(tmp_path / "cmp", s)
+    assert tgs.load_settings(work).steps == STEPS
+    assert run.open_work_dir(work, s) == work  # the same settings: resumed
+    with pytest.raises(SystemExit, match="holds a comparison with other settings"):
+        run.open_work_dir(work, replace(s, steps=STEPS + 1))
+
+    def no_process(*a, **k):
+        raise AssertionError("a finished stage was started again")
+
+    monkeypatch.setattr(run.common, "run_watched", no_process)
+    (work / "trl.json").write_text('{"step_s": [2.0, 3.0]}\n')
+    (work / "trl.process.json").write_text('{"returncode": 0, "wall_s": 5.0}\n')
+    assert run.child(work, ["trl"], work / "trl.log") == {
+        "step_s": [2.0, 3.0], "process": {"returncode": 0, "wall_s": 5.0}}
+    # a result without its process record is a stage that did not finish: it runs again
+    (work / "eval_base.json").write_text('{"eval/success": 0.1}\n')
+    with pytest.raises(AssertionError, match="started again"):
+        run.child(work, ["eval", "base"], work / "eval_base.log")
+    assert not (work / "eval_base.json").exists()
+    # a ragen2 run folder without its process record: refused, not timed over two processes
+    (work / "ragen2").mkdir()
+    with pytest.raises(SystemExit, match="unfinished ragen2 side"):
+        run.ragen2_side(work, s)
