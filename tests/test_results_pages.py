@@ -235,3 +235,44 @@ def test_a_commit_ab_names_the_batch_it_timed(tmp_path):
     text = account.update_ab(str(path))
     assert text.startswith("One update of run `d0_s3`'s median batch, 1 rounds alternating")
     assert "After / before: 0.800 (per round 0.80)." in text
+
+
+def test_the_smollm2_trl_block_reads_both_sides(tmp_path, monkeypatch):
+    """The SmolLM2 TRL comparison's block, from a hand-written result: each side's median step,
+    its steps' sum, its paired gain over the base model and its first and last 5 steps' mean
+    reward; the ratio and the paired difference of the two final policies."""
+    from results_pages import trl_smollm2
+
+    monkeypatch.setattr(trl_smollm2, "ROOT", tmp_path)
+    assert trl_smollm2.smollm2_trl().startswith("Not run yet")
+
+    def side(step_s, rewards, cores):
+        return {"step_s": step_s, "curve": [{"rollout/reward_mean": r} for r in rewards],
+                "process": {"foreign_cores": cores}}
+
+    def gain(before, after, g, lo, hi, better, worse):
+        return {"problems": 55, "before": before, "after": after, "gain": g, "gain_lo": lo,
+                "gain_hi": hi, "improved": better, "worsened": worse}
+
+    doc = {"settings": {"settings": {"steps": 10, "problems": 8, "group_size": 8,
+                                     "max_new_tokens": 128, "dtype": "bfloat16", "seed": 1},
+                        "commit": "abcdef123"},
+           "machine": {"cpu": "AMD EPYC", "cpus": 2, "trl": "1.16.0"},
+           "results": {"ragen2": side([40.0] + [30.0] * 9, [0.0] * 5 + [0.5] * 5, 0.01),
+                       "trl": side([100.0] * 10, [0.1] * 5 + [0.3] * 5, 0.02),
+                       "step_s_median": {"ragen2": 30.0, "trl": 100.0},
+                       "held_out": {"gain": {"ragen2": gain(0.4, 0.8, 0.4, 0.25, 0.55, 24, 2),
+                                             "trl": gain(0.4, 0.6, 0.2, 0.05, 0.35, 14, 3)},
+                                    "trl_minus_ragen2": gain(0.8, 0.6, -0.2, -0.35, -0.05, 3, 14)}},
+           "ratios": {"trl_over_ragen2": 100.0 / 30.0}}
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / trl_smollm2.DOC).write_text(json.dumps(doc))
+    monkeypatch.setattr(trl_smollm2, "load", lambda path: doc)
+    text = trl_smollm2.smollm2_trl()
+    assert ("| ragen2 | 30.0 s | 310 s | 0.400 -> 0.800 | **+0.400 [+0.250, +0.550]** | 24 / 2 | "
+            "0.000 -> 0.500 | 0.01 |") in text
+    assert ("| TRL | 100.0 s | 1,000 s | 0.400 -> 0.600 | **+0.200 [+0.050, +0.350]** | 14 / 3 | "
+            "0.100 -> 0.300 | 0.02 |") in text
+    assert "TRL / ragen2 step time: **3.33**" in text
+    assert "minus ragen2's on the same held-out problems: -0.200 [-0.350, -0.050]" in text
+    assert "same 55 held-out problems" in text and "commit `abcdef1`" in text
