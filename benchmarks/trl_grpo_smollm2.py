@@ -2,7 +2,7 @@
 per GRPO step and both learning curves, one side after the other in one sitting on this machine
 (issue 46, item 5).
 
-Run (nothing else on the machine; ~1-1.5 hours at 30 steps on a quiet 2-core AVX-512-BF16
+Run (nothing else on the machine; ~1.5 hours at 30 steps on a quiet 2-core AVX-512-BF16
 machine, see "Time" below; TRL from the ``bench`` extra)::
 
     python benchmarks/trl_grpo.py --model smollm2 [--steps 30] [--seed 1] [--dtype auto]
@@ -66,13 +66,10 @@ Differs (neither library can be set to match):
   preset runs it at steps 1, 10, 20, 30, ~75-95 s each); ragen2 also writes a checkpoint at the end
   (outside its step time) for the evaluation.
 
-Time, estimated (neither side has been run by this script yet). ragen2, from the committed
-``benchmarks/results/smollm2_runs/*/metrics.jsonl``: the median step without the monitor was
-29.7-37.4 s over 5 runs, so ~15-19 min of steps for 30, ~20 min with start-up, two evaluations and
-the checkpoint. TRL, from ``real_models_speed.json``: transformers generate of 64 replies ~44 s,
-and an update over full padded rows (no shared prefix) plus an old-logprob pass, where ragen2's
-bf16 update takes ~20 s: ~60-120 s a step, 30-60 min. The three evaluations (and the export)
-~2-4 min.
+Time, measured (2026-12-06, 30 steps, bf16, a quiet 2-core AMD EPYC; ``trl_grpo_smollm2.json``):
+the ragen2 side 17 min (steps 985 s), TRL 62 min (steps 3,700 s: its step follows its replies'
+lengths, 50-192 s), the three evaluations 20-26 s each; ~80 minutes in all. The estimate before the
+first run (30-60 min for TRL) was short.
 """
 
 from __future__ import annotations

@@ -274,5 +274,6 @@ def test_the_smollm2_trl_block_reads_both_sides(tmp_path, monkeypatch):
     assert ("| TRL | 100.0 s | 1,000 s | 0.400 -> 0.600 | **+0.200 [+0.050, +0.350]** | 14 / 3 | "
             "0.100 -> 0.300 | 0.02 |") in text
     assert "TRL / ragen2 step time: **3.33**" in text
-    assert "minus ragen2's on the same held-out problems: -0.200 [-0.350, -0.050]" in text
+    assert ("minus ragen2's on the same held-out problems: -0.200 [-0.350, -0.050] (better on 3, "
+            "worse on 14 of the 55 problems)") in " ".join(text.split())
     assert "same 55 held-out problems" in text and "commit `abcdef1`" in text
