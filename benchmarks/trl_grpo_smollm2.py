@@ -181,17 +181,28 @@ def child(work: Path, argv: Sequence[str], log: Path) -> dict[str, Any]:
     """``python this_file --child ARGV`` with its output in ``log``; its result (``result.json``
     beside the log) and how much CPU other processes took meanwhile."""
     result = log.with_suffix(".json")
-    if result.exists() and log.with_suffix(".process.json").exists():  # a resumed comparison
+    done = finished(log)
+    if done is not None and result.exists():  # a resumed comparison
         print(f"{' '.join(argv)}: done before, read from {result}", flush=True)
-        return {**json.loads(result.read_text()),
-                "process": json.loads(log.with_suffix(".process.json").read_text())}
+        return {**json.loads(result.read_text()), "process": done}
     result.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--work", str(work), "--child", *argv]
     watched = common.run_watched(cmd, log, env=child_env(), cwd=common.ROOT)
     if watched["returncode"] or not result.exists():
         raise RuntimeError(f"{' '.join(argv)} exited {watched['returncode']}; see {log}")
-    log.with_suffix(".process.json").write_text(json.dumps(watched) + "\n")  # marks it done
+    mark_finished(log, watched)
     return {**json.loads(result.read_text()), "process": watched}
+
+
+def finished(log: Path) -> dict[str, Any] | None:
+    """The process record of the stage logging to ``log`` if it finished (``mark_finished``)."""
+    done = log.with_suffix(".process.json")
+    return json.loads(done.read_text()) if done.exists() else None
+
+
+def mark_finished(log: Path, watched: dict[str, Any]) -> None:
+    """Record the stage logging to ``log`` as finished, with its process record."""
+    log.with_suffix(".process.json").write_text(json.dumps(watched) + "\n")
 
 
 def child_env() -> dict[str, str]:
@@ -203,19 +214,19 @@ def ragen2_side(work: Path, s: Settings) -> dict[str, Any]:
     """``ragen2.train`` with the comparison's overrides into ``work/ragen2``; its metrics."""
     from ragen2.analysis.rollouts import load_metrics
 
-    run_dir, done = work / "ragen2", work / "ragen2.process.json"
+    run_dir, log = work / "ragen2", work / "ragen2.log"
     cmd = [sys.executable, "-m", "ragen2.train", *s.overrides, f"hydra.run.dir={run_dir}"]
-    if done.exists():  # a resumed comparison: this side finished before
+    watched = finished(log)
+    if watched is not None:  # a resumed comparison: this side finished before
         print(f"ragen2: done before, read from {run_dir}", flush=True)
-        watched = json.loads(done.read_text())
     else:
         if run_dir.exists():
-            raise SystemExit(f"{run_dir} holds an unfinished ragen2 side (no {done.name}): its "
-                             "step times would not be one process's; give a new --work-dir")
-        watched = common.run_watched(cmd, work / "ragen2.log", env=child_env(), cwd=common.ROOT)
+            raise SystemExit(f"{run_dir} holds an unfinished ragen2 side (not marked finished): "
+                             "its step times would not be one process's; give a new --work-dir")
+        watched = common.run_watched(cmd, log, env=child_env(), cwd=common.ROOT)
         if watched["returncode"]:
-            raise RuntimeError(f"ragen2 exited {watched['returncode']}; see {work / 'ragen2.log'}")
-        done.write_text(json.dumps(watched) + "\n")
+            raise RuntimeError(f"ragen2 exited {watched['returncode']}; see {log}")
+        mark_finished(log, watched)
     m = load_metrics(run_dir)
     steps = [k for k in sorted(m) if k > 0]
     keys = ("rollout/reward_mean", "rollout/success", "rollout/format_error_rate",

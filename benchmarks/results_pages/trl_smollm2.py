@@ -63,8 +63,8 @@ def smollm2_trl() -> str:
         f"TRL / ragen2 step time: **{d['ratios']['trl_over_ragen2']:.2f}**. TRL's final policy "
         f"minus ragen2's on the same held-out problems: {signed(diff['gain'])} "
         f"[{signed(diff['gain_lo'])}, {signed(diff['gain_hi'])}] (better on {diff['improved']}, "
-        f"worse on {diff['worsened']} of the {diff['problems']} problems). What the two sides share and where they cannot "
-        "match (the samplers, the bf16 mechanism, small numeric details) is listed in the "
-        "JSON's `differs` and in `benchmarks/trl_grpo_smollm2.py`.",
+        f"worse on {diff['worsened']} of the {diff['problems']} problems). What the two sides "
+        "share and where they cannot match (the samplers, the bf16 mechanism, small numeric "
+        "details) is listed in the JSON's `differs` and in `benchmarks/trl_grpo_smollm2.py`.",
     ]
     return "\n".join(lines)
