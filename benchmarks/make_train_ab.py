@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import statistics
@@ -133,8 +134,6 @@ def checkout(work: Path, side: str, rev: str) -> Path:
 
 def one_run(side: str, rnd: int, clone: Path, extra: Sequence[str], work: Path) -> dict[str, Any]:
     """``make train`` in ``clone`` with every cache empty; its record."""
-    import os
-
     name = f"{rnd}_{side}"
     run_dir, cache = work / "runs" / name, work / "cache" / name
     for d in (run_dir, cache):
