@@ -29,6 +29,9 @@ Per run:
   evaluations) and, for a multi-turn run (``rollout.max_turns`` > 1), issue 46's bar
   (``multi_turn_bar``): gain over problems >= 0.10, its interval's low end > 0, mean turns after
   > 1.5; the document's ``multi_turn_bar`` asks it of at least 3 seeds;
+* for a multi-turn run, **where the successes come from** (``attempts``): the training episodes
+  of the first two and the last two archived steps (``rollouts/``), their successes at the first
+  attempt and after a retry, and the retries that repeat the previous reply's first line;
 * the **curve**: held-out success at every evaluation, training success and the groups with a
   reward spread at every step;
 * the **reasoning's input dependence** at the first and the last measurement: the batch's MI
@@ -124,6 +127,26 @@ def paired_gain(before: Path, after: Path) -> dict[str, Any]:
             "after_ci": wilson(int(ka), n), "improved": d["n_above"], "worsened": d["n_below"]}
 
 
+def final_outcomes(after: Path) -> dict[str, Any] | None:
+    """What tells two runs' last evaluations apart: digests of the (env seed, success) and the
+    (env seed, reward) pairs, each sorted by env seed, and how many episodes. Two runs with one
+    success digest won and lost exactly the same episodes; their reward digests then say whether
+    they also scored alike. None without the file."""
+    import hashlib
+
+    if not after.exists():
+        return None
+    eps = sorted((json.loads(line) for line in after.read_text().splitlines() if line.strip()),
+                 key=lambda e: e["env_seed"])
+
+    def digest(field: str) -> str:
+        text = json.dumps([[e["env_seed"], e.get(field)] for e in eps])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    return {"episodes": len(eps), "success_digest": digest("success"),
+            "reward_digest": digest("reward")}
+
+
 def run_envs(run: Path) -> dict[str, Any] | None:
     """The run's envs by entry name (``env.mix`` / ``env.eval`` entries, or the one ``env.id``),
     each made with the run's own kwargs from ``.hydra/config.yaml``; None without that file."""
@@ -215,6 +238,45 @@ def turns(r: dict[int, dict[str, float]], first: int, last: int) -> dict[str, An
     s = series(r, "eval/num_turns_mean")
     return {"key": "eval/num_turns_mean", "before_step": first, "after_step": last,
             "before": s.get(first), "after": s.get(last)}
+
+
+#: training steps read at each end of a run for :func:`attempts`
+ATTEMPT_STEPS = 2
+
+
+def _first_line(reply: str) -> str:
+    """A reply's first line, the chat's end-of-turn marker and runs of blanks removed."""
+    text = reply.replace("<|im_end|>", "").strip()
+    return " ".join(text.splitlines()[0].split()) if text else ""
+
+
+def attempts(run: Path, steps: int = ATTEMPT_STEPS) -> dict[str, Any] | None:
+    """Where a multi-turn run's successes come from, early and late: the training episodes of
+    its first ``steps`` and last ``steps`` archived steps (``rollouts/step_*.jsonl.gz``, sampled
+    on-policy: every turn's reply is there). Per end: episodes, successes, successes at the first
+    attempt and after a retry (an episode's success is at its last turn), the retries (turns after
+    the first) and how many repeat the previous reply's first line (a retry that ignores the
+    feedback). None without an archive."""
+    import gzip
+
+    files = sorted((run / "rollouts").glob("step_*.jsonl.gz"))
+    if not files:
+        return None
+
+    def read(paths: list[Path]) -> dict[str, Any]:
+        eps = [json.loads(line) for p in paths for line in gzip.open(p, "rt") if line.strip()]
+        wins = [e for e in eps if e.get("success")]
+        retries = repeats = 0
+        for e in eps:
+            lines = [_first_line(r) for r in e.get("responses") or []]
+            retries += max(0, len(lines) - 1)
+            repeats += sum(a == b for a, b in zip(lines, lines[1:]))
+        first = sum(1 for e in wins if len(e.get("responses") or []) == 1)
+        return {"steps": [int(p.name[5:11]) for p in paths], "episodes": len(eps),
+                "successes": len(wins), "first_attempt": first, "after_retry": len(wins) - first,
+                "retries": retries, "repeated": repeats}
+
+    return {"first": read(files[:steps]), "last": read(files[-steps:])}
 
 
 def multi_turn_bar(gain: dict[str, Any] | None, turn: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +375,9 @@ def summarise(spec: str) -> dict[str, Any]:
     return {
         "run": str(run), **cfg, "seed": seed, "steps": max(steps, default=0),
         "wall_s": summary.get("wall_s"), "held_out": gain, "held_out_problems": by_problem,
+        "final_outcomes": final_outcomes(after),
         "max_turns": max_turns, "turns": turn,
+        "attempts": attempts(run) if isinstance(max_turns, int) and max_turns > 1 else None,
         "multi_turn_bar": (multi_turn_bar(by_problem, turn)
                            if isinstance(max_turns, int) and max_turns > 1 else None),
         "curve": {"eval_success": evals, "train_success": series(r, "rollout/success"),

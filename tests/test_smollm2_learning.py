@@ -240,3 +240,65 @@ def test_the_blocks_render_the_runs(sl, runs, monkeypatch, tmp_path):
     assert "`collapse/turns/grounding/frac` | n/a (the env has no ground hook) |" in inst
     assert "`actor/entropy` | 2.000 -> 0.800 (steps 1, 20) |" in inst
     assert "predates the sampled-negatives floor" in inst
+
+
+def _archive(run: Path, step: int, episodes: list[tuple[bool, list[str]]]) -> None:
+    import gzip
+
+    (run / "rollouts").mkdir(exist_ok=True)
+    with gzip.open(run / "rollouts" / f"step_{step:06d}.jsonl.gz", "wt") as fh:
+        for ok, replies in episodes:
+            fh.write(json.dumps({"step": step, "success": ok, "responses": replies}) + "\n")
+
+
+def test_where_the_successes_come_from(sl, monkeypatch, tmp_path):
+    """Steps 1-2 (the first two) and 3-4 (the last two) of a hand-made archive: a win at the first
+    attempt, a win after a retry that changed its equation, a loss repeating itself (two repeats,
+    whitespace and the end-of-turn marker aside); step 4 adds one repeat in a two-turn loss."""
+    run = write_run(tmp_path / "run", 5, {0: 0}, {0: 1}, eval_rows((0, 1), (2, 2)))
+    assert sl.attempts(run) is None  # no archive
+    _archive(run, 1, [(True, ["6 + 4 = 10<|im_end|>"]),
+                      (True, ["6 + 4 = 24\nbecause", "6 * 4 = 24<|im_end|>"])])
+    _archive(run, 2, [(False, ["3 + 9 = 12", "3  + 9 = 12<|im_end|>", "3 + 9 = 12\nagain"])])
+    _archive(run, 3, [(True, ["7 + 2 = 9"])])
+    _archive(run, 4, [(False, ["1 + 9 = 10", "1 + 9 = 10"]), (False, [""])])
+    a = sl.attempts(run)
+    assert a["first"] == {"steps": [1, 2], "episodes": 3, "successes": 2, "first_attempt": 1,
+                          "after_retry": 1, "retries": 3, "repeated": 2}
+    assert a["last"] == {"steps": [3, 4], "episodes": 3, "successes": 1, "first_attempt": 1,
+                         "after_retry": 0, "retries": 1, "repeated": 1}
+    r = sl.summarise(str(run))
+    assert r["attempts"] == a
+    doc = {"results": [r], "settings": {"bar_gain": 0.1}}
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc, default=str))
+    monkeypatch.setattr(countdown, "DOC", str(path))
+    text = " ".join(BLOCKS["smollm2-countdown-attempts"]().split())
+    assert "| 5 | 1-2 | 2 of 3 | 1 / 1 | 2 of 3 |" in text
+    assert "| 5 | 3-4 | 1 of 3 | 1 / 0 | 1 of 1 |" in text
+    assert "the first and the last 2 archived steps of each run: no episode of the last steps " \
+           "was won after a retry, in any seed" in text
+
+
+def test_seeds_that_end_alike_are_named(sl, monkeypatch, tmp_path):
+    """Seeds 7 and 8 win and lose the same final episodes (8 scoring one loss differently); seed 9
+    differs: the block names 7 and 8 only, and says their rewards differ."""
+    after = {0: 1, 1: 0, 2: 1}
+    a = write_run(tmp_path / "a", 7, {0: 0, 1: 0, 2: 0}, after, eval_rows((0, 0.67), (2, 2)))
+    b = write_run(tmp_path / "b", 8, {0: 0, 1: 0, 2: 0}, after, eval_rows((0, 0.67), (2, 2)))
+    c = write_run(tmp_path / "c", 9, {0: 0, 1: 0, 2: 0}, {0: 1, 1: 1, 2: 1},
+                  eval_rows((0, 1), (2, 2)))
+    last = b / "evaluations" / "step_000020.jsonl"
+    last.write_text(last.read_text().replace('"env_seed": 1, "reward": 0.0',
+                                             '"env_seed": 1, "reward": -0.3'))
+    doc = sl.document([str(a), str(b), str(c)])
+    fo = [r["final_outcomes"] for r in doc["results"]]
+    assert fo[0]["success_digest"] == fo[1]["success_digest"] != fo[2]["success_digest"]
+    assert fo[0]["reward_digest"] != fo[1]["reward_digest"] and fo[0]["episodes"] == 3
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc, default=str))
+    seeds, _ = _blocks(monkeypatch, path)
+    assert ("Seeds 7 and 8 end with the same outcome on each of the 3 held-out episodes of their "
+            "last evaluation (checked episode by episode): their episode rewards differ, so the "
+            "replies do.") in seeds
+    assert "Seeds 7, 8" not in seeds and "9 end with" not in seeds

@@ -43,6 +43,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "smollm2-multiturn-example": multiturn.smollm2_multiturn_example,
     "smollm2-countdown": countdown.smollm2_countdown,
     "smollm2-countdown-instruments": countdown.smollm2_countdown_instruments,
+    "smollm2-countdown-attempts": countdown.smollm2_countdown_attempts,
     "smollm2-trl": trl_smollm2.smollm2_trl,
     "speed-setup": real_models.speed_setup,
     "speed-table": real_models.speed_table,

@@ -145,7 +145,27 @@ every evaluation: a problem's success is the mean of its episodes, and the inter
 problems ({doc['settings']['resamples']:,} bootstrap draws of the per-problem after-minus-before
 differences; every episode's problem regenerated from its env seed with the run's env). The
 episodes' success rates are shown beside; turns are `eval/num_turns_mean` of the two
-evaluations."""
+evaluations.{_same_outcomes(rs)}"""
+
+
+def _same_outcomes(rs: list[dict]) -> str:
+    """A sentence for seeds whose last evaluations won and lost the very same episodes (identical
+    rows above are then no copying slip), saying whether their rewards differ too; '' if none."""
+    groups: dict[str, list[dict]] = {}
+    for r in rs:
+        fo = r.get("final_outcomes")
+        if fo:
+            groups.setdefault(fo["success_digest"], []).append(r)
+    out = []
+    for same in (g for g in groups.values() if len(g) > 1):
+        seeds = joined([str(r["seed"]) for r in same])
+        n = same[0]["final_outcomes"]["episodes"]
+        rewards = ("their episode rewards differ, so the replies do"
+                   if len({r["final_outcomes"]["reward_digest"] for r in same}) > 1
+                   else "their episode rewards are identical too")
+        out.append(f" Seeds {seeds} end with the same outcome on each of the {n} held-out "
+                   f"episodes of their last evaluation (checked episode by episode): {rewards}.")
+    return "".join(out)
 
 
 def _value(x: float | None, d: int) -> str:
@@ -206,3 +226,42 @@ def smollm2_countdown_instruments() -> str:
 
 Every figure is read from the run's `metrics.jsonl` (n/a where the run logged none, or where a
 measurement had fewer samples than `monitor.min_samples`, its count shown). {ground}{floor}"""
+
+
+def _end(a: dict) -> str:
+    steps = a["steps"]
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
+def smollm2_countdown_attempts() -> str:
+    """Per seed, the training episodes of the first and the last archived steps: successes at the
+    first attempt and after a retry, and the retries that repeat the previous reply's first line;
+    a sentence saying whether any seed's late successes came after a retry."""
+    rs = runs()
+    if rs is None:
+        return _none_yet("where each seed's successes come from (first attempt or a retry)")
+    rows, late_retry_wins = [], []
+    for r in rs:
+        a = r.get("attempts")
+        if not a:
+            rows.append([str(r["seed"]), "n/a (no rollout archive)", "", "", ""])
+            continue
+        for end in ("first", "last"):
+            e = a[end]
+            rows.append([str(r["seed"]), _end(e),
+                         f"{e['successes']} of {e['episodes']}",
+                         f"{e['first_attempt']} / {e['after_retry']}",
+                         f"{e['repeated']} of {e['retries']}"])
+        late_retry_wins.append(a["last"]["after_retry"])
+    head = ["RL seed", "training steps", "episodes won", "won at the first attempt / after a retry",
+            "retries repeating the previous reply's first line"]
+    if not late_retry_wins:
+        return table(head, rows)
+    total = sum(late_retry_wins)
+    n = next(len(r["attempts"]["last"]["steps"]) for r in rs if r.get("attempts"))
+    said = ("no episode of the last steps was won after a retry, in any seed" if total == 0
+            else f"{total} episode(s) of the last steps, over all seeds, were won after a retry")
+    return table(head, rows) + f"""
+
+Read from the runs' rollout archives (`rollouts/`: every training episode with every turn's
+reply, sampled on-policy), the first and the last {n} archived steps of each run: {said}."""
