@@ -252,6 +252,19 @@ def interleaved_steps(ctl: Any, arms: dict[str, Callable[[Any], None]], rounds: 
     return out
 
 
+def round_ratios(runs: Sequence[dict[str, Any]], key: str, num: str, den: str,
+                 field: str = "wall_s") -> list[float]:
+    """Per round (``run["round"]``, in order) where both arms ran: the ``num`` arm's ``field``
+    over the ``den`` arm's (``run[key]`` names the arm). Example: rounds 0 and 1 of A and B, wall
+    times A 100, B 50, then B 60, A 120 -> [0.5, 0.5]."""
+    out = []
+    for rnd in sorted({r["round"] for r in runs}):
+        by_arm = {r[key]: r for r in runs if r["round"] == rnd}
+        if num in by_arm and den in by_arm and by_arm[den][field]:
+            out.append(by_arm[num][field] / by_arm[den][field])
+    return out
+
+
 def git_commit(root: Path = ROOT) -> str | None:
     """The checkout runs are made on (``root``, by default this one): ``git describe --always
     --dirty`` (a ``-dirty`` suffix when the tree differs from that commit) and the files that

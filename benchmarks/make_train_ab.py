@@ -94,12 +94,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     a, b = out[A], out[B]
     out["wall_ratio"] = b["wall_s"] / a["wall_s"] if a["wall_s"] and b["wall_s"] else None
     out["step_ratio"] = b["step_s"] / a["step_s"] if a["step_s"] and b["step_s"] else None
-    pairs = []
-    for rnd in sorted({r["round"] for r in ok}):
-        by_side = {r["side"]: r for r in ok if r["round"] == rnd}
-        if A in by_side and B in by_side and by_side[A]["wall_s"]:
-            pairs.append(by_side[B]["wall_s"] / by_side[A]["wall_s"])
-    out["pair_wall_ratios"] = pairs
+    out["pair_wall_ratios"] = common.round_ratios(ok, "side", B, A)
     return out
 
 

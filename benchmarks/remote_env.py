@@ -151,12 +151,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["step_overhead_s"] = (rem["step_s"] - loc["step_s"]
                               if rem["step_s"] is not None and loc["step_s"] is not None else None)
     out["env_s_per_step"] = {LOCAL: loc["env_s"], REMOTE: rem["env_s"]}
-    pairs = []
-    for rnd in sorted({r["round"] for r in ok}):
-        by_arm = {r["arm"]: r for r in ok if r["round"] == rnd}
-        if LOCAL in by_arm and REMOTE in by_arm and by_arm[LOCAL]["wall_s"]:
-            pairs.append(by_arm[REMOTE]["wall_s"] / by_arm[LOCAL]["wall_s"])
-    out["pair_wall_ratios"] = pairs
+    out["pair_wall_ratios"] = common.round_ratios(ok, "arm", REMOTE, LOCAL)
     out["requests_per_step_request"] = _median(arms[REMOTE], "requests_per_step_request")
     return out
 
