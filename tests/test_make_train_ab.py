@@ -67,3 +67,31 @@ def test_an_interrupted_comparison_continues_and_other_settings_are_refused(benc
     other = {**settings, "args": {"A": [], "B": ["learner.micro_batch_tokens=8192"]}}
     with pytest.raises(SystemExit, match="other settings"):
         bench.kept_runs(previous, other)
+
+
+def test_the_block_renders_each_run_and_the_ratio(bench, tmp_path):
+    import json
+    import sys
+
+    from tests.scripts import BENCHMARKS
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from results_pages import BLOCKS
+
+    runs = [{**_run("A", 0, 1100.0, 20.0), "commit": "7fe5491", "before": 0.1, "after": 0.45},
+            {**_run("B", 0, 660.0, 12.0), "commit": "b165bec", "before": 0.1, "after": 0.4,
+             "steps": {"step_s": 12.0, "warm_start_s": 150.0}},
+            {**_run("B", 1, 9.0, code=1), "commit": "b165bec", "gain": None}]
+    doc = {"settings": {"commits": {"A": "7fe5491", "B": "b165bec"},
+                        "args": {"A": [], "B": ["learner.micro_batch_tokens=8192"]},
+                        "rounds": 2, "order": ["0A", "0B", "1B", "1A"]},
+           "goal": bench.GOAL, "runs": runs, "summary": bench.summarize(runs)}
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(doc))
+    text = BLOCKS["make-train-ab"](str(path))
+    assert "| 1 | A | `7fe5491` | exit 0 | 1,100.00 s | 20.00 s | — | 0.100 -> 0.450 | 0.01 |" in text
+    assert "| 1 | B | `b165bec` | exit 0 | 660.00 s | 12.00 s | 150.00 s | 0.100 -> 0.400 |" in text
+    assert "| 2 | B | `b165bec` | **exit 1** |" in text and "| — | 0.01 |" in text
+    assert ("4 runs in the order 0A 0B 1B 1A (side B: `learner.micro_batch_tokens=8192`): B / A "
+            "of the median wall times **0.600** (per round 0.600; the goal <= 0.5); of the median "
+            "RL step 0.600.") in " ".join(text.split())

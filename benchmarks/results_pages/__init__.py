@@ -63,4 +63,5 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "step-account-job": account.step_account_job,
     "step-account-update": account.step_account_update,
     "update-ab": account.update_ab,
+    "make-train-ab": account.make_train_ab,
 }

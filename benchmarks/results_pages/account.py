@@ -151,3 +151,33 @@ def update_ab(path: str) -> str:
             f"(median {_secs(a['median_s'])}); "
             f"after {times(b)} (median {_secs(b['median_s'])}). After / before: "
             f"{d['ratios']['b_over_a']:.3f} (per round {per_round}).")
+
+
+def make_train_ab(path: str = "benchmarks/results/make_train_ab.json") -> str:
+    """The whole default job on two commits back to back (``benchmarks/make_train_ab.py``): per
+    run its side, commit, wall time, median RL step, warm start, held-out gain and the other load
+    beside it; the ratio of the sides' median wall times against the issue's goal."""
+    d = load(path)
+    s, runs = d["summary"], d["runs"]
+    rows = []
+    for r in runs:
+        st = r.get("steps") or {}
+        gain = "—" if r.get("gain") is None else f"{r['before']:.3f} -> {r['after']:.3f}"
+        rows.append([f"{r['round'] + 1}", r["side"], f"`{r['commit']}`",
+                     "exit 0" if r["returncode"] == 0 else f"**exit {r['returncode']}**",
+                     _secs(r["wall_s"]), _secs(st.get("step_s")), _secs(st.get("warm_start_s")),
+                     gain, f"{r['foreign_cores']:.2f}"])
+    head = ["round", "side", "commit", "", "wall", "median RL step", "warm start",
+            "held-out success", "other load (cores)"]
+    args = d["settings"]["args"]
+    extra = "; ".join(f"side {k}: `{' '.join(v)}`" for k, v in args.items() if v)
+    ratio = s.get("wall_ratio")
+    said = ("not measured yet (a side has no finished run)" if ratio is None else
+            f"**{ratio:.3f}** (per round {', '.join(f'{x:.3f}' for x in s['pair_wall_ratios'])}; "
+            f"the goal {d['goal']['wall_ratio']})")
+    step = s.get("step_ratio")
+    return table(head, rows) + (
+        f"\n\n`make train` on empty caches, {len(d['settings']['order'])} runs in the order "
+        f"{' '.join(d['settings']['order'])}" + (f" ({extra})" if extra else "") +
+        f": B / A of the median wall times {said}"
+        + ("" if step is None else f"; of the median RL step {step:.3f}") + ".")
