@@ -372,14 +372,14 @@ def summarise(spec: str) -> dict[str, Any]:
               for k in ("timing/step_s", "timing/generate_s", "timing/update_s", "timing/sync_s",
                         "timing/monitor_s", "timing/eval_s") if any(k in r[s] for s in steps)}
     panel_s = series(r, "timing/panel_s")
+    multi_turn = isinstance(max_turns, int) and max_turns > 1
     return {
         "run": str(run), **cfg, "seed": seed, "steps": max(steps, default=0),
         "wall_s": summary.get("wall_s"), "held_out": gain, "held_out_problems": by_problem,
         "final_outcomes": final_outcomes(after),
         "max_turns": max_turns, "turns": turn,
-        "attempts": attempts(run) if isinstance(max_turns, int) and max_turns > 1 else None,
-        "multi_turn_bar": (multi_turn_bar(by_problem, turn)
-                           if isinstance(max_turns, int) and max_turns > 1 else None),
+        "attempts": attempts(run) if multi_turn else None,
+        "multi_turn_bar": multi_turn_bar(by_problem, turn) if multi_turn else None,
         "curve": {"eval_success": evals, "train_success": series(r, "rollout/success"),
                   "eval_turns": series(r, "eval/num_turns_mean"),
                   "spread_groups_frac": {s: 1 - v for s, v in
