@@ -150,18 +150,6 @@ def with_param_dtype(model: Any, dtype: Any) -> Any:
     return out
 
 
-def fill(shape: tuple[int, int], entries: Sequence[tuple[int, int, float, int]]
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """The (S, K) logprob and token matrices from ``(s, k, logp, tokens)`` entries, as
-    ``LearnerGroup.score`` assembles its ranks' parts; RuntimeError if any is left unscored."""
-    logp, tokens = np.full(shape, np.nan), np.zeros(shape, dtype=np.int64)
-    for s, k, v, n in entries:
-        logp[s, k], tokens[s, k] = v, n
-    if np.isnan(logp).any():
-        raise RuntimeError("some (sample, prompt) pairs were left unscored")
-    return logp, tokens
-
-
 def learner_scorer(cfg: Any, model: Any, dtype: str, temperature: float,
                    record: list[Call] | None = None) -> Callable:
     """The monitor's ``Scorer`` (``scorer(contexts, continuations, columns) -> (logp, tokens)``,
@@ -184,7 +172,8 @@ def learner_scorer(cfg: Any, model: Any, dtype: str, temperature: float,
     def scorer(contexts: list[list[int]], continuations: list[list[int]],
                columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         columns = np.asarray(columns)
-        logp, tokens = fill(columns.shape, probes.score(rank, contexts, continuations, columns))
+        logp, tokens = probes.assemble_scores(
+            columns.shape, [probes.score(rank, contexts, continuations, columns)])
         if record is not None:
             record.append(Call(digest(contexts, continuations, columns), logp, tokens))
         return logp, tokens

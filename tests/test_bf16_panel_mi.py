@@ -127,6 +127,7 @@ def test_the_bf16_scorer_is_a_bf16_learner_ranks(tiny_model_path):
     scores what the benchmark's bf16 copy of the same weights scores, far closer than fp32 does."""
     from ragen2.controller import learner_settings
     from ragen2.learner.build import load_lm
+    from ragen2.learner.probes import assemble_scores
     from ragen2.learner.rank import LearnerRank
     from ragen2.train import load_config
 
@@ -135,7 +136,7 @@ def test_the_bf16_scorer_is_a_bf16_learner_ranks(tiny_model_path):
     rank = LearnerRank(cfg, tiny_model_path, 0, 1, threads=1, settings=learner_settings(cfg))
     rank.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     try:
-        learner, _ = bpm.fill(COLUMNS.shape, rank.score(CONTEXTS, CONTS, COLUMNS))
+        learner, _ = assemble_scores(COLUMNS.shape, [rank.score(CONTEXTS, CONTS, COLUMNS)])
     finally:
         rank.shutdown()
     fp32 = load_lm(cfg, tiny_model_path)

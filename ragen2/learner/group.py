@@ -12,6 +12,7 @@ import ray
 
 from ragen2.cluster import Placement
 from ragen2.config import Config
+from ragen2.learner.probes import assemble_scores
 from ragen2.learner.rank import LearnerRank
 from ragen2.learner.settings import LearnerSettings
 from ragen2.run_state import UpdateOutcome, UpdateResult
@@ -100,14 +101,7 @@ class LearnerGroup:
         import numpy as np
 
         columns = np.asarray(columns)
-        logp = np.full(columns.shape, np.nan)
-        tokens = np.zeros(columns.shape, dtype=np.int64)
-        for part in self._all("score", contexts, continuations, columns):
-            for s, k, v, n in part:
-                logp[s, k], tokens[s, k] = v, n
-        if np.isnan(logp).any():
-            raise RuntimeError("learner ranks left some (sample, prompt) pairs unscored")
-        return logp, tokens
+        return assemble_scores(columns.shape, self._all("score", contexts, continuations, columns))
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """``fn(rank, *args, **kwargs)`` on every rank at once (``LearnerRank.run``); all results.

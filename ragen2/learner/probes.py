@@ -4,7 +4,7 @@ monitor's cross-scoring and the weight-sync probe's logprobs. All collective ove
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import torch
@@ -130,6 +130,20 @@ def score(rank: RankState, contexts: list[list[int]], continuations: list[list[i
                 out.extend((int(s), int(k), float(v), int(c))
                            for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))
     return out
+
+
+def assemble_scores(shape: tuple[int, ...], parts: Iterable[Iterable[tuple[int, int, float, int]]]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The (S, K) summed-logprob and token-count matrices from the ranks' :func:`score` parts
+    (``(s, k, logprob, tokens)`` entries); RuntimeError if any (sample, prompt) pair is left
+    unscored."""
+    logp, tokens = np.full(shape, np.nan), np.zeros(shape, dtype=np.int64)
+    for part in parts:
+        for s, k, v, n in part:
+            logp[s, k], tokens[s, k] = v, n
+    if np.isnan(logp).any():
+        raise RuntimeError("learner ranks left some (sample, prompt) pairs unscored")
+    return logp, tokens
 
 
 def score_memory(rank: RankState) -> tuple[int, ModelShape, int] | None:

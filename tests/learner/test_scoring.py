@@ -164,3 +164,14 @@ def test_score_budget_on_a_rank_with_fake_free_memory(llama, monkeypatch):
     with torch.no_grad():
         lp, n = scoring.score_continuations(llama, CONTEXT, CONTS, token_budget=sliced)
     assert lp.tolist() == pytest.approx(want, abs=1e-4)
+
+
+def test_assemble_scores_places_each_entry_and_refuses_a_gap():
+    from ragen2.learner.probes import assemble_scores
+
+    logp, tokens = assemble_scores((2, 2), [[(0, 0, -1.5, 3), (1, 1, -0.25, 1)],
+                                            [(0, 1, -2.0, 4), (1, 0, -7.0, 2)]])
+    assert logp.tolist() == [[-1.5, -2.0], [-7.0, -0.25]]
+    assert tokens.tolist() == [[3, 4], [2, 1]]
+    with pytest.raises(RuntimeError, match="unscored"):
+        assemble_scores((2, 2), [[(0, 0, -1.5, 3), (1, 1, -0.25, 1)]])
