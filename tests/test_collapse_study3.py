@@ -467,3 +467,69 @@ def test_sentence_form_kept_masks_numbers_and_nothing_else(s3, tmp_path):
     (folder / "step_000010.jsonl").unlink()
     (folder / "step_000100.jsonl").unlink()
     assert report.sentence_form_kept(d) is None  # one panel step: nothing to compare
+
+
+def _r(change: float | None, collapse: bool | None) -> dict:
+    return {"grounding_change": change, "template_collapse": collapse}
+
+
+def _hand_made_filter_runs() -> tuple[dict, set]:
+    """Seed 3: d0 -0.1 / d0_top_p -0.5 (collapse), dlow 0.0 / dlow_top_p -0.3 -> d = -0.4,
+    -0.3; seed 4: d0 -0.2 / d0_top_p -0.1 -> d = +0.1, dhigh without a change (n/a) beside
+    dhigh_top_p -0.3 -> no pair; seed 9: dlow -0.1 beside a dlow_top_p with no reasoning left
+    -> no pair."""
+    runs = {("d0", 3): _r(-0.1, False), ("d0_top_p", 3): _r(-0.5, True),
+            ("dlow", 3): _r(0.0, False), ("dlow_top_p", 3): _r(-0.3, True),
+            ("d0", 4): _r(-0.2, False), ("d0_top_p", 4): _r(-0.1, False),
+            ("dhigh", 4): _r(None, None), ("dhigh_top_p", 4): _r(-0.3, True),
+            ("dlow", 9): _r(-0.1, False), ("dlow_top_p", 9): _r(None, None)}
+    return runs, {("dlow_top_p", 9)}
+
+
+def test_the_filter_over_doses_pairs_within_a_seed_and_resamples_seeds(s3):
+    """Per seed: 3 -> mean(-0.4, -0.3) = -0.35, 4 -> +0.1; effect mean(-0.35, +0.1) = -0.125;
+    3 pairs, 2 below 0 and 1 above; template collapse in 3 of 4 assessable top-p runs (dlow_top_p
+    seed 9 has no change) and 0 of 4 unfiltered (dhigh seed 4 not assessable). The interval lies
+    between the two seeds' values (a bootstrap of their mean)."""
+    _, analysis, _ = s3
+    runs, left = _hand_made_filter_runs()
+    f = analysis.filter_over_doses(runs, left, resamples=500)
+    assert f["per_seed"] == pytest.approx({3: -0.35, 4: 0.1})
+    assert f["pairs"] == pytest.approx({"d0/3": -0.4, "dlow/3": -0.3, "d0/4": 0.1})
+    assert f["effect"] == pytest.approx(-0.125)
+    assert (f["n_seeds"], f["n_pairs"], f["n_below"], f["n_above"]) == (2, 3, 2, 1)
+    assert f["collapse"] == {"none": {"collapse": 0, "assessed": 4},
+                             "top_p": {"collapse": 3, "assessed": 4}}
+    assert -0.35 - 1e-9 <= f["lo"] <= f["hi"] <= 0.1 + 1e-9
+    by_arm = analysis.collapse_by_arm(runs)
+    assert by_arm["d0_top_p"] == {"yes": [3], "no": [4], "n/a": []}
+    assert by_arm["dhigh"] == {"yes": [], "no": [], "n/a": [4]}
+    assert by_arm["dlow"] == {"yes": [], "no": [3, 9], "n/a": []}
+
+
+def test_the_three_questions_are_answered_from_the_evaluation(s3):
+    """The answers' counts, table cells and registered effects come from the evaluation: 3 of 8
+    assessable runs collapse (dhigh/4 and dlow_top_p/9 not assessable); the table's d0 row reads
+    0 of 2 without a filter and 1 of 2 (seed 3) with top-p."""
+    _, analysis, report = s3
+    runs, left = _hand_made_filter_runs()
+    hyps = [{"id": hid, "arm": arm, "baseline": base, "effect": e, "lo": e - 0.1, "hi": e + 0.1,
+             "n": 2, "verdict": v}
+            for hid, arm, base, e, v in (("G1", "d0", None, -0.15, "supported"),
+                                         ("G2a", "dhigh", "d0", -0.2, "supported"),
+                                         ("G2b", "dlow", "d0", 0.05, "not shown"),
+                                         ("G3a", "dhigh_top_p", "dhigh", 0.0, "not shown"),
+                                         ("G3b", "d0_top_p", "d0", -0.15, "contradicted"))]
+    ev = {"hypotheses": hyps, "collapse_by_arm": analysis.collapse_by_arm(runs),
+          "filter_over_doses": analysis.filter_over_doses(runs, left, resamples=200)}
+    text = "\n\n".join(report.answers(ev, {"d0": 0.0, "dlow": 0.001, "dhigh": 0.01}, True))
+    assert text.startswith("**Interim**")
+    assert "in 3 of 8 assessable finished runs (d0_top_p/3, dlow_top_p/3, dhigh_top_p/4); " \
+           "not assessable in dlow_top_p/9, dhigh/4." in text
+    assert "| d0 (0) | 0 of 2 | 1 of 2 (seed 3) |" in text
+    assert "| dhigh (0.01) | 0 of 0, 1 not assessable | 1 of 1 (seed 4) |" in text
+    assert "G1 (median change) -0.150 [-0.250, -0.050] over 2 runs: **supported**" in text
+    assert "G3b (d0_top_p - d0) -0.150 [-0.250, -0.050] over 2 seeds: **contradicted**" in text
+    assert "mean over seeds -0.125" in text and "(3 dose-seed pairs, 2 below 0 and 1 above)" in text
+    assert "template collapse in 3 of 4 assessable top-p runs and 0 of 4 unfiltered ones" in text
+    assert not "\n\n".join(report.answers(ev, {}, False)).startswith("**Interim**")

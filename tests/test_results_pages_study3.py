@@ -85,6 +85,12 @@ def test_a_survivor_its_doses_one_finished_and_one_interrupted_run(tmp_path):
                                        "0.10 -> 0.30", "0.05", "**yes**"]]
     assert "wait for the registered runs: 1 of 24 finished." in text
     assert "**G1**" not in text
+    # the three questions, interim: one assessable run, and it collapsed
+    assert "**Interim**" in text and "in 1 of 1 assessable finished runs (d0/0)" in text
+    assert "| d0 (0) | 1 of 1 (seed 0) | 0 of 0 |" in text
+    answers = BLOCKS["study3-answers"](str(out))
+    assert answers.startswith("The three questions") and "(23 not finished)" in answers
+    assert "| d0 (0) | 1 of 1 (seed 0) | 0 of 0 |" in answers and "**G1**" not in answers
     assert "What template collapse looks like" not in text  # no panel files: nothing to show
     # the run's panel: prompt 1 fell (1, 1 -> 0, nothing checkable), prompt 0 held
     _panel(out / "runs" / "d0_s0", 0, [[1.0, 1.0], [1.0, 1.0]])
@@ -111,3 +117,8 @@ def test_the_verdicts_appear_once_every_registered_run_is_finished(tmp_path):
     assert [line for line in text.splitlines() if line.startswith("- ")] == [
         f"- {line}" for line in result["verdicts"]]
     assert "**G1**" in text and "**G5**" in text
+    assert "**Interim**" not in text and "in 0 of 24 assessable finished runs." in text
+    answers = BLOCKS["study3-answers"](str(out))
+    assert "not finished" not in answers and "**Interim**" not in answers
+    assert [line for line in answers.splitlines() if line.startswith("- ")] == [
+        f"- {line}" for line in result["verdicts"]]

@@ -364,7 +364,56 @@ def evaluate(metrics: dict[tuple[str, int], dict[int, dict[str, Any]]],
           "n": r5["n"], "points": pairs, "dropped": dropped5, "retrieval_missed": flagged,
           "verdict": "no verdict (exploratory)"}
     return {"runs": runs, "no_reasoning_left": arm_out, "no_data_arms": sorted(no_data_arms),
-            "hypotheses": hyps, "g4": g4, "g5": g5, "secondary": secondary_effects(runs, resamples)}
+            "hypotheses": hyps, "g4": g4, "g5": g5, "secondary": secondary_effects(runs, resamples),
+            "collapse_by_arm": collapse_by_arm(runs),
+            "filter_over_doses": filter_over_doses(runs, left, resamples)}
+
+
+def collapse_by_arm(runs: dict[tuple[str, int], dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """Per arm, the seeds whose run shows template collapse by the registered rule (``yes``), does
+    not (``no``), or cannot be assessed (``n/a``: no grounding change). Descriptive."""
+    out = {a: {"yes": [], "no": [], "n/a": []} for a in ARMS}
+    for (arm, seed), r in sorted(runs.items(), key=lambda kv: kv[0][1]):
+        out[arm][{True: "yes", False: "no", None: "n/a"}[r["template_collapse"]]].append(seed)
+    return out
+
+
+def filter_over_doses(runs: dict[tuple[str, int], dict[str, Any]], left: set[tuple[str, int]],
+                      resamples: int = 2000) -> dict[str, Any]:
+    """Exploratory, not registered (README Deviations 2026-12-06, after 18 of the 24 runs): the
+    top-p filter's effect on the grounding change over all three doses. Each (dose, seed) pair
+    gives d = change(dose_top_p, seed) - change(dose, seed) (both runs with a change and reasoning
+    left); a seed's effect is the mean of its pairs' d, and the effect is the mean over seeds with
+    a 95% percentile bootstrap interval resampling seeds (the arms of a seed share its warm start,
+    so the seed, not the pair, is the unit). Also the template-collapse counts with and without the
+    filter.
+
+    Example: seed 3 pairs d = -0.4, -0.7 and seed 4 pairs d = +0.1 -> per seed -0.55, +0.1,
+    effect -0.225."""
+    pairs: dict[str, float] = {}
+    per_seed: dict[int, list[float]] = {}
+    for (arm, seed), r in runs.items():
+        dose, filt = ARMS[arm]
+        if filt != "none":
+            continue
+        t = runs.get((f"{dose}_top_p", seed))
+        if t is None or {(arm, seed), (f"{dose}_top_p", seed)} & left:
+            continue
+        if r["grounding_change"] is None or t["grounding_change"] is None:
+            continue
+        d = t["grounding_change"] - r["grounding_change"]
+        pairs[f"{dose}/{seed}"] = d
+        per_seed.setdefault(seed, []).append(d)
+    means = {s: statistics.fmean(v) for s, v in sorted(per_seed.items())}
+    lo, hi = bootstrap_interval(list(means.values()), "mean", resamples)
+    counts = {f: {"collapse": sum(r["template_collapse"] is True for (a, _), r in runs.items()
+                                  if ARMS[a][1] == f),
+                  "assessed": sum(r["template_collapse"] is not None for (a, _), r in runs.items()
+                                  if ARMS[a][1] == f)} for f in ("none", "top_p")}
+    return {"effect": statistics.fmean(means.values()) if means else None, "lo": lo, "hi": hi,
+            "per_seed": means, "pairs": pairs, "n_seeds": len(means), "n_pairs": len(pairs),
+            "n_below": sum(d < 0 for d in pairs.values()),
+            "n_above": sum(d > 0 for d in pairs.values()), "collapse": counts}
 
 
 def secondary_effects(runs: dict[tuple[str, int], dict[str, Any]], resamples: int = 2000

@@ -96,6 +96,61 @@ def _run_row(arm: str, seed: int, r: dict[str, Any], note: str = "") -> str:
             f"({r['template_collapse_why']}) |")
 
 
+def _seed_list(seeds: list[int]) -> str:
+    return f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})" if seeds else ""
+
+
+def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list[str]:
+    """The issue's three questions (did template collapse appear, at which dose, did top-p change
+    it), answered from an evaluation (``evaluate``'s result, or ``results.json``, which records
+    the same keys): Markdown paragraphs and a table, every figure from the data. ``interim``
+    says so when registered runs are still missing."""
+    hyp = {h["id"]: h for h in res["hypotheses"]}
+
+    def h_text(hid: str) -> str:
+        h = hyp[hid]
+        what = "median change" if h["baseline"] is None else f"{h['arm']} - {h['baseline']}"
+        return (f"{hid} ({what}) {_f(h['effect'], 3, True)} [{_f(h['lo'], 3, True)}, "
+                f"{_f(h['hi'], 3, True)}] over {h['n']} {'runs' if h['baseline'] is None else 'seeds'}"
+                f": **{h['verdict']}**")
+
+    by_arm = res["collapse_by_arm"]
+    yes = [f"{a}/{s}" for a, c in by_arm.items() for s in c["yes"]]
+    na = [f"{a}/{s}" for a, c in by_arm.items() for s in c["n/a"]]
+    assessed = sum(len(c["yes"]) + len(c["no"]) for c in by_arm.values())
+    out = [("**Interim** (registered runs are missing; the answers read the runs finished so "
+            "far). " if interim else "")
+           + f"**Did template collapse appear?** By the registered rule, in {len(yes)} of "
+           f"{assessed} assessable finished runs" + (f" ({', '.join(yes)})" if yes else "")
+           + (f"; not assessable in {', '.join(na)}" if na else "")
+           + f". Without a bonus and without a filter: {h_text('G1')}."]
+
+    def cell(arm: str) -> str:
+        c = by_arm[arm]
+        n = len(c["yes"]) + len(c["no"])
+        return (f"{len(c['yes'])} of {n}{_seed_list(c['yes'])}"
+                + (f", {len(c['n/a'])} not assessable" if c["n/a"] else ""))
+
+    rows = [f"| {d} ({doses[d]:g}) | {cell(d)} | {cell(d + '_top_p')} |" if d in doses
+            else f"| {d} | {cell(d)} | {cell(d + '_top_p')} |"
+            for d in dict.fromkeys(dose for dose, _ in ARMS.values())]
+    out += ["| dose (entropy_coef) | runs with template collapse, no filter | with top-p 0.9 |\n"
+            "|---|---|---|\n" + "\n".join(rows)]
+    out.append(f"**At which dose?** The table above, and the registered paired effects on the "
+               f"grounding change: {h_text('G2a')}; {h_text('G2b')}.")
+    f = res["filter_over_doses"]
+    cw, cn = f["collapse"]["top_p"], f["collapse"]["none"]
+    out.append(f"**Did top-p change it?** Registered: {h_text('G3a')}; {h_text('G3b')} (predicted "
+               "positive: the filter holds grounding). Over all three doses (exploratory, not "
+               "registered: Deviations 2026-12-06), top-p minus no filter on the grounding change, "
+               f"mean over seeds {_f(f['effect'], 3, True)} [{_f(f['lo'], 3, True)}, "
+               f"{_f(f['hi'], 3, True)}] over {f['n_seeds']} seeds ({f['n_pairs']} dose-seed "
+               f"pairs, {f['n_below']} below 0 and {f['n_above']} above); template collapse in "
+               f"{cw['collapse']} of {cw['assessed']} assessable top-p runs and {cn['collapse']} "
+               f"of {cn['assessed']} unfiltered ones.")
+    return out
+
+
 def tables(ev: dict[str, Any], missing: dict[str, str], settings: dict[str, Any],
            runs: list[dict[str, Any]], seeds: list[int] = FULL["seeds"],
            apart: dict[str, Any] | None = None,
@@ -148,7 +203,10 @@ def tables(ev: dict[str, Any], missing: dict[str, str], settings: dict[str, Any]
     for name, sec in ev["secondary"].items():
         lines.append(f"| {name} (`{sec['key']}`) | "
                      + " | ".join(_spread(sec["arms"][a]) for a in ARMS) + " |")
-    lines += ["", "## Hypotheses", ""]
+    lines += ["", "## The three questions" + (" (interim)" if missing else ""), ""]
+    for par in answers(ev, doses, bool(missing)):
+        lines += [par, ""]
+    lines += ["## Hypotheses", ""]
     if missing:
         lines += [f"**Interim**: {len(missing)} of {total} registered runs are not finished. The "
                   "verdicts below read the runs finished so far; the study's verdicts are those "
@@ -352,7 +410,8 @@ def analyze(out: Path, runs: list[dict[str, Any]], settings: dict[str, Any], plo
               "per_run": [{**r, "key": f"{r['arm']}_s{r['seed']}"} for r in ev["runs"].values()],
               "no_reasoning_left": ev["no_reasoning_left"], "no_data_arms": ev["no_data_arms"],
               "hypotheses": ev["hypotheses"], "g4": ev["g4"], "g5": ev["g5"],
-              "secondary": ev["secondary"], "verdicts": verdict_text(ev),
+              "secondary": ev["secondary"], "collapse_by_arm": ev["collapse_by_arm"],
+              "filter_over_doses": ev["filter_over_doses"], "verdicts": verdict_text(ev),
               "grounding_key": GROUNDING, "secondary_keys": {k: v[0] for k, v in SECONDARY.items()},
               "final_step": FINAL, "plots": plot_names}
     (out / "results.json").write_text(json.dumps(result, indent=1, default=str))

@@ -54,6 +54,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "gridworld-reading": real_models.gridworld_reading,
     "instruments": real_models.instruments,
     "study3-status": collapse.study3_status,
+    "study3-answers": collapse.study3_answers,
     "study2-setup": collapse.study2_setup,
     "study2-findings": collapse.study2_findings,
     "study1-setup": collapse.study1_setup,

@@ -389,6 +389,7 @@ def _study3_runs(s3, report, path: Path) -> str:
                          "held-out success 0 -> 100", "held-out format errors @100",
                          "template collapse", "why not counted"],
                         [[*_headline(r, report._f), r["why"]] for r in apart])]
+    parts += _answers(report, res, path, bool(missing))
     if missing:
         parts.append(f"The registered verdicts wait for the registered runs: {len(done)} of "
                      f"{len(order)} finished.")
@@ -397,3 +398,30 @@ def _study3_runs(s3, report, path: Path) -> str:
                   "(`study3_analysis.verdict_text`):",
                   "\n".join(f"- {line}" for line in res["verdicts"])]
     return "\n\n".join(parts)
+
+
+def _answers(report, res: dict, path: Path, interim: bool) -> list[str]:
+    """The three questions answered from ``results.json`` (``study3_report.answers``); nothing
+    before the analysis has recorded them."""
+    if "filter_over_doses" not in res:
+        return []
+    doses = (_json(path / "doses.json") or {"doses": {}})["doses"]
+    return ["The three questions of issue 45, answered from the finished runs "
+            "(`study3_report.answers`):", *report.answers(res, doses, interim)]
+
+
+def study3_answers(out: str = f"{STUDY}/{V3}") -> str:
+    """The three questions and, once every registered run is finished, the verdicts: the Results
+    section of the study's README (``results.json`` as committed)."""
+    _, report = _study3()
+    path = ROOT / out
+    res = _json(path / "results.json") or {}
+    parts = _answers(report, res, path, bool(res.get("missing")))
+    if res.get("missing"):
+        parts.append(f"The registered verdicts wait for the registered runs ({len(res['missing'])}"
+                     " not finished); `results_v3/tables.md` has the interim readings.")
+    elif res:
+        parts += ["The verdicts, generated from the registered rules:",
+                  "\n".join(f"- {line}" for line in res["verdicts"])]
+    return "\n\n".join(parts) or "Not analysed yet."
+
