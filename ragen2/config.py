@@ -414,6 +414,10 @@ class MonitorConfig:
     # what the collapse alert and the diagnosis read (ragen2.collapse.instrument): auto = the
     # later-turn panel where the env has one, else the first turn | first_turn | later_turns
     alert_instrument: str = "auto"
+    # the first-turn panel (collapse/panel/* outside turns/): always | never | auto = not where
+    # the later-turn panel exists and the alert does not read the first turn (on FrozenLake the
+    # first reasoning is the same for every map, so its MI sits at its floor by construction)
+    first_turn_panel: str = "always"
     # collapse alert (collapse/alert): the panel MI's lower bound at or under the floor for
     # `alert_patience` measurements in a row while held-out success gains no more than
     # `alert_min_gain`; then warn (log + print), rollback (the newest healthy checkpoint, and a
@@ -453,6 +457,10 @@ class MonitorConfig:
         _check(0 <= self.panel_prefix_random <= 1, f"{p}.panel_prefix_random",
                self.panel_prefix_random, "must be in [0, 1] (the share of random scripted moves)")
         _choice(self, p, "alert_instrument", ("auto", "first_turn", "later_turns"))
+        _choice(self, p, "first_turn_panel", ("always", "never", "auto"))
+        _check(not (self.alert_instrument == "first_turn" and self.first_turn_panel == "never"),
+               f"{p}.first_turn_panel", self.first_turn_panel, "never, but "
+               "monitor.alert_instrument=first_turn reads the first-turn panel: always or auto")
         if self.alert_instrument == "later_turns":
             _check(self.panel_size > 0 and self.panel_prefix_turns > 0, f"{p}.alert_instrument",
                    self.alert_instrument, "later_turns needs the later-turn panel "

@@ -40,9 +40,32 @@ class _Envs:
             env.close()
 
 
+def keep_first_turn_panel(setting: str, later_turns: bool, alert_instrument: str) -> bool:
+    """Whether the first-turn panel is measured (``monitor.first_turn_panel``): ``always``,
+    ``never``, or ``auto``: unless the later-turn panel exists (``later_turns``) and the alert
+    does not read the first turn (``monitor.alert_instrument`` ``first_turn``)."""
+    if setting not in ("always", "never", "auto"):
+        raise ValueError(f"monitor.first_turn_panel={setting!r}; allowed: always, never, auto")
+    return setting == "always" or (setting == "auto" and not (later_turns
+                                                         and alert_instrument != "first_turn"))
+
+
 def make_panels(cfg: Config, problems: Problems) -> tuple[Any, Any]:
     """(the first-turn panel, the later-turn panel) over the training envs, split by share, on
-    held-out seeds; each None when off or when the envs give fewer than 2 distinct prompts."""
+    held-out seeds; each None when off (:func:`keep_first_turn_panel` for the first) or when the
+    envs give fewer than 2 distinct prompts."""
+    first, turns = _make_panels(cfg, problems)
+    if first is not None and not keep_first_turn_panel(cfg.monitor.first_turn_panel,
+                                                       turns is not None,
+                                                       cfg.monitor.alert_instrument):
+        log.info("first-turn probe panel off (monitor.first_turn_panel=%s)",
+                 cfg.monitor.first_turn_panel)
+        first = None
+    return first, turns
+
+
+def _make_panels(cfg: Config, problems: Problems) -> tuple[Any, Any]:
+    """Both panels as the envs allow them."""
     from ragen2.collapse.panel import ProbePanel, choose_panel
     from ragen2.collapse.panel_turns import (TurnPanel, choose_turn_panel, contrast_siblings,
                                              script_opening)

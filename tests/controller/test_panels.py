@@ -53,3 +53,46 @@ def test_a_first_turn_measurement(tmp_path):
                       [4, 4], [False, False], [1, 1])]  # first turns only, the sampling mode
     rows = (tmp_path / "panel" / "step_000010.jsonl").read_text().splitlines()
     assert [json.loads(r) for r in rows] == [{"step": 10, "n": 2}]
+
+
+def test_the_first_turn_panel_setting():
+    from ragen2.controller.panels import keep_first_turn_panel as keep
+
+    assert keep("always", True, "auto") and keep("always", False, "first_turn")
+    assert not keep("never", False, "auto")
+    assert not keep("auto", True, "auto") and not keep("auto", True, "later_turns")
+    assert keep("auto", False, "auto")  # no later-turn panel: the first turn is all there is
+    assert keep("auto", True, "first_turn")  # the alert reads it
+    import pytest
+    with pytest.raises(ValueError, match="allowed: always, never, auto"):
+        keep("off", True, "auto")
+
+
+def test_auto_drops_the_first_turn_panel_on_frozenlake_only():
+    """FrozenLake (the default job) has a later-turn panel, so auto keeps that one alone; the
+    single-turn EchoWord test env has none, so auto keeps its first-turn panel."""
+    from ragen2.controller.problems import Problems
+    from ragen2.train import load_config
+
+    cfg = load_config(["monitor.first_turn_panel=auto"])
+    first, turns = make_panels(cfg, Problems(cfg))
+    assert first is None and turns is not None
+    cfg = load_config(["monitor.first_turn_panel=always"])
+    first, turns = make_panels(cfg, Problems(cfg))
+    assert first is not None and turns is not None
+    cfg = load_config(["monitor.first_turn_panel=auto", "env.id=tests.reasoning_env:EchoWord-v0"])
+    first, turns = make_panels(cfg, Problems(cfg))
+    assert first is not None and turns is None
+
+
+def test_bad_first_turn_panel_settings_name_the_key():
+    import pytest
+
+    from ragen2.config import ConfigError
+    from ragen2.train import load_config
+
+    for overrides in (["monitor.first_turn_panel=maybe"],
+                      ["monitor.first_turn_panel=never", "monitor.alert_instrument=first_turn"]):
+        with pytest.raises(ConfigError) as e:
+            load_config(overrides)
+        assert e.value.key == "monitor.first_turn_panel"
