@@ -483,6 +483,8 @@ def _hand_made_filter_runs() -> tuple[dict, set]:
             ("d0", 4): _r(-0.2, False), ("d0_top_p", 4): _r(-0.1, False),
             ("dhigh", 4): _r(None, None), ("dhigh_top_p", 4): _r(-0.3, True),
             ("dlow", 9): _r(-0.1, False), ("dlow_top_p", 9): _r(None, None)}
+    for (arm, seed), r in runs.items():
+        r.update(arm=arm, seed=seed)
     return runs, {("dlow_top_p", 9)}
 
 
@@ -520,7 +522,10 @@ def test_the_three_questions_are_answered_from_the_evaluation(s3):
                                          ("G2b", "dlow", "d0", 0.05, "not shown"),
                                          ("G3a", "dhigh_top_p", "dhigh", 0.0, "not shown"),
                                          ("G3b", "d0_top_p", "d0", -0.15, "contradicted"))]
+    runs[("d0_top_p", 3)]["diagnosis_steps"] = [90, 100]  # caught by the MI diagnosis
+    runs[("d0", 4)].update(diagnosis_steps=[50], alert_steps=[60])  # flagged, no collapse
     ev = {"hypotheses": hyps, "collapse_by_arm": analysis.collapse_by_arm(runs),
+          "runs": runs,
           "filter_over_doses": analysis.filter_over_doses(runs, left, resamples=200)}
     text = "\n\n".join(report.answers(ev, {"d0": 0.0, "dlow": 0.001, "dhigh": 0.01}, True))
     assert text.startswith("**Interim**")
@@ -532,4 +537,20 @@ def test_the_three_questions_are_answered_from_the_evaluation(s3):
     assert "G3b (d0_top_p - d0) -0.150 [-0.250, -0.050] over 2 seeds: **contradicted**" in text
     assert "mean over seeds -0.125" in text and "(3 dose-seed pairs, 2 below 0 and 1 above)" in text
     assert "template collapse in 3 of 4 assessable top-p runs and 0 of 4 unfiltered ones" in text
+    assert "template collapse at some step in 1 of the 3 runs with template collapse by the " \
+           "grounding rule (d0_top_p/3) and in 1 other finished runs (d0/4); the collapse alert " \
+           "fired in 1 (d0/4)" in text
     assert not "\n\n".join(report.answers(ev, {}, False)).startswith("**Interim**")
+
+
+def test_run_time_flags_read_the_diagnosis_code_and_the_alert(s3):
+    """Template collapse is diagnosis code 1 (ragen2.collapse.diagnosis.DIAGNOSIS_CODES); codes
+    0, 2 and 3 and missing values are not; an alert counts when above 0."""
+    _, analysis, _ = s3
+    from ragen2.collapse.diagnosis import DIAGNOSIS_CODES
+
+    assert analysis.TEMPLATE_CODE == DIAGNOSIS_CODES["template_collapse"]
+    m = {0: {"collapse/diagnosis": 3.0, "collapse/alert": 0.0}, 10: {"collapse/diagnosis": 1.0},
+         20: {"collapse/diagnosis": 2.0, "collapse/alert": 1.0}, 30: {"collapse/diagnosis": 1.0},
+         40: {"collapse/diagnosis": None}, 50: {}}
+    assert analysis.run_time_flags(m) == {"diagnosis_steps": [10, 30], "alert_steps": [20]}

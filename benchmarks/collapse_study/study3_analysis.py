@@ -274,7 +274,8 @@ def evaluate(metrics: dict[tuple[str, int], dict[int, dict[str, Any]]],
                      "success_before": value(m, SUCCESS, BEFORE)[0],
                      "success_final": value(m, SUCCESS, FINAL)[0],
                      "secondary": {name: dict(zip(("change", "why"), change(m, k, before)))
-                                   for name, (k, before) in SECONDARY.items()}}
+                                   for name, (k, before) in SECONDARY.items()},
+                     **run_time_flags(m)}
     left = {k for k, r in runs.items() if r["no_reasoning_left"]}
     arm_out = {a: sorted(s for (x, s) in left if x == a) for a in ARMS}
     no_data_arms = {a for a, s in arm_out.items() if len(s) >= 2}
@@ -367,6 +368,22 @@ def evaluate(metrics: dict[tuple[str, int], dict[int, dict[str, Any]]],
             "hypotheses": hyps, "g4": g4, "g5": g5, "secondary": secondary_effects(runs, resamples),
             "collapse_by_arm": collapse_by_arm(runs),
             "filter_over_doses": filter_over_doses(runs, left, resamples)}
+
+
+#: the run-time instruments' template-collapse flags (``ragen2.collapse``): the diagnosis code of
+#: template collapse (``DIAGNOSIS_CODES["template_collapse"]``) and the alert
+DIAGNOSIS, TEMPLATE_CODE, ALERT = "collapse/diagnosis", 1, "collapse/alert"
+
+
+def run_time_flags(m: dict[int, dict[str, Any]]) -> dict[str, list[int]]:
+    """The steps at which the run's own instruments flagged template collapse: the MI diagnosis
+    (``collapse/diagnosis`` = template collapse) and the collapse alert (``collapse/alert`` > 0).
+    Descriptive (README Deviations 2026-12-06): set beside the grounding rule, they say whether
+    the framework's MI instruments caught what the env-checked grounding shows."""
+    def steps(key: str, hit) -> list[int]:
+        return sorted(s for s, row in m.items() if _num(row.get(key)) and hit(row[key]))
+    return {"diagnosis_steps": steps(DIAGNOSIS, lambda v: int(v) == TEMPLATE_CODE),
+            "alert_steps": steps(ALERT, lambda v: v > 0)}
 
 
 def collapse_by_arm(runs: dict[tuple[str, int], dict[str, Any]]) -> dict[str, dict[str, list[int]]]:

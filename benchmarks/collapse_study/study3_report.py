@@ -103,8 +103,9 @@ def _seed_list(seeds: list[int]) -> str:
 def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list[str]:
     """The issue's three questions (did template collapse appear, at which dose, did top-p change
     it), answered from an evaluation (``evaluate``'s result, or ``results.json``, which records
-    the same keys): Markdown paragraphs and a table, every figure from the data. ``interim``
-    says so when registered runs are still missing."""
+    the same keys), and whether the run-time MI diagnosis and alert flagged the runs the grounding
+    rule calls template collapse: Markdown paragraphs and a table, every figure from the data.
+    ``interim`` says so when registered runs are still missing."""
     hyp = {h["id"]: h for h in res["hypotheses"]}
 
     def h_text(hid: str) -> str:
@@ -148,6 +149,23 @@ def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list
                f"pairs, {f['n_below']} below 0 and {f['n_above']} above); template collapse in "
                f"{cw['collapse']} of {cw['assessed']} assessable top-p runs and {cn['collapse']} "
                f"of {cn['assessed']} unfiltered ones.")
+    # results.json records the per-run analysis as "per_run"; evaluate() returns it as "runs"
+    runs = res["per_run"] if "per_run" in res else list(res["runs"].values())
+    tc = [r for r in runs if r["template_collapse"]]
+
+    def name(r: dict[str, Any]) -> str:
+        return f"{r['arm']}/{r['seed']}"
+
+    caught = [name(r) for r in tc if r.get("diagnosis_steps")]
+    other = [name(r) for r in runs if r.get("diagnosis_steps") and not r["template_collapse"]]
+    alerts = [name(r) for r in runs if r.get("alert_steps")]
+    out.append("**Did the run-time MI instruments see it?** (descriptive) The diagnosis, which "
+               "reads the later-turn panel MI, labelled template collapse at some step in "
+               f"{len(caught)} of the {len(tc)} runs with template collapse by the grounding rule"
+               + (f" ({', '.join(caught)})" if caught else "") + f" and in {len(other)} other "
+               "finished runs" + (f" ({', '.join(other)})" if other else "") + "; the collapse "
+               f"alert fired in {len(alerts)}" + (f" ({', '.join(alerts)})" if alerts else "")
+               + " (it waits for held-out success to stop gaining).")
     return out
 
 
