@@ -523,6 +523,9 @@ def test_the_three_questions_are_answered_from_the_evaluation(s3):
                                          ("G3a", "dhigh_top_p", "dhigh", 0.0, "not shown"),
                                          ("G3b", "d0_top_p", "d0", -0.15, "contradicted"))]
     runs[("d0_top_p", 3)]["diagnosis_steps"] = [90, 100]  # caught by the MI diagnosis
+    for i, key in enumerate((("d0_top_p", 3), ("dlow_top_p", 3), ("dhigh_top_p", 4))):
+        runs[key].update(grounding_before=0.9, grounding_after=[0.5, 0.4 - i / 10],
+                         instruments={"panel_mi": [1.6, 0.1 * i], "token_entropy": [0.1, None]})
     runs[("d0", 4)].update(diagnosis_steps=[50], alert_steps=[60])  # flagged, no collapse
     ev = {"hypotheses": hyps, "collapse_by_arm": analysis.collapse_by_arm(runs),
           "runs": runs,
@@ -540,6 +543,9 @@ def test_the_three_questions_are_answered_from_the_evaluation(s3):
     assert "template collapse at some step in 1 of the 3 runs with template collapse by the " \
            "grounding rule (d0_top_p/3) and in 1 other finished runs (d0/4); the collapse alert " \
            "fired in 1 (d0/4)" in text
+    assert "| run | grounding | diagnosis flagged at | panel_mi | token_entropy |" in text
+    assert "| d0_top_p/3 | 0.90 -> 0.40 | 90, 100 | 1.60 -> 0.00 | 0.10 -> - |" in text
+    assert "| dhigh_top_p/4 | 0.90 -> 0.20 | never | 1.60 -> 0.20 | 0.10 -> - |" in text
     assert not "\n\n".join(report.answers(ev, {}, False)).startswith("**Interim**")
 
 

@@ -275,6 +275,9 @@ def evaluate(metrics: dict[tuple[str, int], dict[int, dict[str, Any]]],
                      "success_final": value(m, SUCCESS, FINAL)[0],
                      "secondary": {name: dict(zip(("change", "why"), change(m, k, before)))
                                    for name, (k, before) in SECONDARY.items()},
+                     "instruments": {name: [value(m, k, before)[0], value(m, k, FINAL)[0]]
+                                     for name, (k, before) in SECONDARY.items()
+                                     if name in INSTRUMENTS},
                      **run_time_flags(m)}
     left = {k for k, r in runs.items() if r["no_reasoning_left"]}
     arm_out = {a: sorted(s for (x, s) in left if x == a) for a in ARMS}
@@ -370,6 +373,10 @@ def evaluate(metrics: dict[tuple[str, int], dict[int, dict[str, Any]]],
             "filter_over_doses": filter_over_doses(runs, left, resamples)}
 
 
+#: the secondary instruments whose values before RL and at step 100 each run records (set beside
+#: the grounding in the answers' table of the template-collapse runs)
+INSTRUMENTS = ("panel_mi", "panel_contrast_col", "panel_contrast_row", "panel_retrieval",
+               "token_entropy")
 #: the run-time instruments' template-collapse flags (``ragen2.collapse``): the diagnosis code of
 #: template collapse (``DIAGNOSIS_CODES["template_collapse"]``) and the alert
 DIAGNOSIS, TEMPLATE_CODE, ALERT = "collapse/diagnosis", 1, "collapse/alert"

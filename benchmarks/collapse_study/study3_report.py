@@ -166,6 +166,17 @@ def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list
                "finished runs" + (f" ({', '.join(other)})" if other else "") + "; the collapse "
                f"alert fired in {len(alerts)}" + (f" ({', '.join(alerts)})" if alerts else "")
                + " (it waits for held-out success to stop gaining).")
+    if tc and all("instruments" in r for r in tc):
+        cols = [k for k in tc[0]["instruments"]]
+        out.append("The runs with template collapse by the grounding rule, each instrument "
+                   "before RL -> at step 100 (panel = the later-turn probe panel):\n\n"
+                   "| run | grounding | diagnosis flagged at | " + " | ".join(cols) + " |\n|"
+                   + "---|" * (3 + len(cols)) + "\n" + "\n".join(
+                       f"| {name(r)} | {_f(r['grounding_before'])} -> "
+                       f"{_f(r['grounding_after'][-1])} | "
+                       f"{', '.join(map(str, r.get('diagnosis_steps') or [])) or 'never'} | "
+                       + " | ".join(f"{_f(a)} -> {_f(b)}" for a, b in
+                                    (r["instruments"][c] for c in cols)) + " |" for r in tc))
     return out
 
 
