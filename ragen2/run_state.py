@@ -31,16 +31,20 @@ class Health:
     label: str | None = None
     #: the later-turn panel's newest ``collapse/panel/turns/*`` measurement
     panel_turns: dict[str, float] = field(default_factory=dict)
+    #: the later-turn panel's grounding at its first measured value (step 0: before RL)
+    grounding_ref: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Health:
-        """From :meth:`to_dict`'s JSON; a checkpoint older than ``panel_turns`` gets ``{}``."""
+        """From :meth:`to_dict`'s JSON; a checkpoint older than ``panel_turns`` gets ``{}``, one
+        older than ``grounding_ref`` None."""
         return cls(entropy_ref=d.get("entropy_ref"), train_success=list(d.get("train_success", [])),
                    collapse=dict(d.get("collapse") or {}), label=d.get("label"),
-                   panel_turns=dict(d.get("panel_turns") or {}))
+                   panel_turns=dict(d.get("panel_turns") or {}),
+                   grounding_ref=d.get("grounding_ref"))
 
 
 @dataclass(frozen=True)

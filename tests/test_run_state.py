@@ -26,6 +26,11 @@ OLD_STATE = {
                               "collapse": {"collapse/mi": 0.3}, "panel_turns": {}}},
 }
 
+#: what OLD_STATE's health is written back as by Health: the same keys and values, and the
+#: grounding reference (added for the diagnosis's grounding criterion) None: never measured
+WRITTEN = json.loads(json.dumps(OLD_STATE))
+WRITTEN["controller"]["health"]["grounding_ref"] = None
+
 
 def test_run_state_reads_the_old_keys_and_writes_them_back():
     state = RunState.from_dict(json.loads(json.dumps(OLD_STATE)))
@@ -60,7 +65,8 @@ def test_an_early_checkpoint_without_the_later_keys_loads_with_defaults():
 def test_health_and_the_panel_verdict_round_trip():
     h = Health.from_dict(OLD_STATE["controller"]["health"])
     assert h.entropy_ref == 1.5 and h.train_success == [0.25, 0.5] and h.label == "healthy"
-    assert h.to_dict() == OLD_STATE["controller"]["health"]
+    assert h.to_dict() == WRITTEN["controller"]["health"]
+    assert Health.from_dict(h.to_dict() | {"grounding_ref": 0.9}).grounding_ref == 0.9
     v = PanelVerdict.from_dict({"step": 4, "healthy": True})
     assert v == PanelVerdict(4, True) and v.to_dict() == {"step": 4, "healthy": True}
     assert PanelVerdict.from_dict(None) is None

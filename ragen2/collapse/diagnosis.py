@@ -16,6 +16,13 @@ Criteria (thresholds in ``DiagnosisThresholds``):
                        entropy_ref (entropy_ref = token entropy at the start of RL).
                        Low MI with LOW entropy is not template collapse (the reasoning is not
                        diverse); it is reported in the evidence but not labelled.
+                       OR, where the env checks the reasoning against its true state (its
+                       ``ground`` hook): grounding_ref - grounding >= grounding_drop AND
+                       checkable >= checkable_min (the reasoning still states a state, no
+                       longer the true one). Collapse study 3 found both kinds: reasoning that
+                       became one sentence (low MI), and reasoning that still depends on its
+                       input but states the wrong position, where MI and the one-coordinate
+                       contrasts stay high and only the env's check sees it.
     underfitting:      train_success < underfit_success AND eval_success < underfit_success.
     overfitting:       train_success - eval_success >= overfit_gap.
 
@@ -63,12 +70,18 @@ class DiagnosisThresholds:
         Default 0.2 (success rates are in [0, 1]).
     underfit_success: underfitting when train and eval success are both < underfit_success,
         in (0, 1]. Default 0.2.
+    grounding_drop: the grounded share (reasonings stating their true state) fell by at least
+        this from its value at the start of RL, in (0, 1]. Default 0.2 (collapse study 3's rule).
+    checkable_min: ... while at least this share of the reasonings still states a checkable
+        state, in (0, 1]. Default 0.8 (study 3's rule: the text is not noise).
     """
 
     mi_low_frac: float = 0.1
     entropy_high_frac: float = 0.8
     overfit_gap: float = 0.2
     underfit_success: float = 0.2
+    grounding_drop: float = 0.2
+    checkable_min: float = 0.8
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -122,6 +135,9 @@ def diagnose(
     entropy_ref: float | None = None,
     train_success: float | None = None,
     eval_success: float | None = None,
+    grounding: float | None = None,
+    grounding_ref: float | None = None,
+    checkable: float | None = None,
     thresholds: DiagnosisThresholds = DiagnosisThresholds(),
 ) -> Diagnosis:
     """Label the run from the latest monitor, entropy and success numbers (see module docstring).
@@ -135,6 +151,10 @@ def diagnose(
         token_entropy: current mean token entropy of the policy (>= 0).
         entropy_ref: token entropy at the start of RL (> 0).
         train_success, eval_success: success rates in [0, 1] on training / held-out tasks.
+        grounding: the share of checkable reasonings that state their true state, in [0, 1]
+            (the env's ``ground`` hook; None where the env has none).
+        grounding_ref: the same at the start of RL, in [0, 1].
+        checkable: the share of reasonings the env could check, in [0, 1].
         thresholds: a DiagnosisThresholds.
     Returns:
         Diagnosis(label, evidence, code, also).
@@ -154,6 +174,9 @@ def diagnose(
     entropy_ref = _check("entropy_ref", entropy_ref, positive=True)
     train_success = _check("train_success", train_success, lo=0.0, hi=1.0)
     eval_success = _check("eval_success", eval_success, lo=0.0, hi=1.0)
+    grounding = _check("grounding", grounding, lo=0.0, hi=1.0)
+    grounding_ref = _check("grounding_ref", grounding_ref, lo=0.0, hi=1.0)
+    checkable = _check("checkable", checkable, lo=0.0, hi=1.0)
 
     holds: set[str] = set()
     parts: list[str] = []
@@ -192,6 +215,24 @@ def diagnose(
                          "(reasoning not diverse: low-entropy collapse)")
         else:
             parts.append(f"{mi_text}; {ent_text}")
+
+    # ---- template collapse seen by the env's check: the reasoning states the wrong state ----
+    given = {"grounding": grounding, "grounding_ref": grounding_ref, "checkable": checkable}
+    if all(v is not None for v in given.values()):
+        drop = grounding_ref - grounding
+        fell, fluent = drop >= t.grounding_drop, checkable >= t.checkable_min
+        g_text = (f"grounding {_g(grounding)} ({_g(grounding_ref)} at start: fell {_g(drop)} "
+                  f"{'>=' if fell else '<'} {_g(t.grounding_drop)}), checkable {_g(checkable)} "
+                  f"{'>=' if fluent else '<'} {_g(t.checkable_min)}")
+        if fell and fluent:
+            holds.add("template_collapse")
+            parts.append(f"template collapse by the env's check: the reasoning states a wrong "
+                         f"state: {g_text}")
+        else:
+            parts.append(g_text)
+    elif any(v is not None for v in given.values()):
+        parts.append("grounding not assessed (missing "
+                     + ", ".join(k for k, v in given.items() if v is None) + ")")
 
     # ---- fit: underfitting / overfitting ----
     if train_success is None or eval_success is None:

@@ -76,6 +76,23 @@ def alert_measurement(instrument: str, first_turn: PanelMeasurement | None,
     return first_turn if instrument == "first_turn" else later_turns
 
 
+#: instrument -> the prefix of the grounding the diagnosis reads beside the MI (None: none; the
+#: batch's first-turn grounding is not kept between evaluations)
+GROUNDING_PREFIX = {"first_turn": None, "later_turns": "collapse/panel/turns/grounding/"}
+
+
+def grounding_inputs(instrument: str, metrics: Mapping[str, float],
+                     grounding_ref: float | None) -> dict[str, float | None]:
+    """The ``grounding``, ``checkable`` and ``grounding_ref`` arguments of ``diagnose`` from the
+    newest measurement of the instrument (empty for ``first_turn``, and all None on an env
+    without a ``ground`` hook: the criterion is then skipped)."""
+    p = GROUNDING_PREFIX[instrument]
+    if p is None:
+        return {}
+    return {"grounding": metrics.get(p + "frac"), "checkable": metrics.get(p + "checkable_frac"),
+            "grounding_ref": grounding_ref}
+
+
 def diagnosis_inputs(instrument: str, metrics: Mapping[str, float]) -> dict[str, float | None]:
     """The ``mi``, ``mi_null``, ``log_n`` and ``mi_bound`` arguments of ``diagnose`` from the
     newest measurement of the instrument (``metrics``: its keys with their full prefix). A value

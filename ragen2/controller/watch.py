@@ -112,6 +112,9 @@ class Watch:
         first, later, m = self.panels.measure(step, version)
         if later is not None:
             self.health.panel_turns = later.metrics
+            if self.health.grounding_ref is None:  # the grounding the diagnosis compares with
+                self.health.grounding_ref = later.metrics.get(
+                    "collapse/panel/turns/grounding/frac")
         measured = alert_measurement(self.instrument, first, later)
         if measured is not None and measured.healthy is not None:
             self.verdict = PanelVerdict(step, measured.healthy)
@@ -155,11 +158,12 @@ class Watch:
     def diagnose(self, eval_success: float) -> dict[str, Any]:
         """Classify the run at an evaluation; printed when the label changes."""
         from ragen2.collapse.diagnosis import DIAGNOSIS_CODES, diagnose
-        from ragen2.collapse.instrument import diagnosis_inputs
+        from ragen2.collapse.instrument import diagnosis_inputs, grounding_inputs
 
         h = self.health
         source = h.collapse if self.instrument == "first_turn" else h.panel_turns
         d = diagnose(**diagnosis_inputs(self.instrument, source),
+                     **grounding_inputs(self.instrument, source, h.grounding_ref),
                      token_entropy=h.collapse.get("collapse/token_entropy"),
                      entropy_ref=h.entropy_ref,
                      train_success=float(np.mean(h.train_success)) if h.train_success else None,

@@ -142,8 +142,44 @@ def test_invalid_inputs(kwargs, match):
         diagnose(**kwargs)
 
 
-@pytest.mark.parametrize("field", ["mi_low_frac", "entropy_high_frac", "overfit_gap", "underfit_success"])
+@pytest.mark.parametrize("field", ["mi_low_frac", "entropy_high_frac", "overfit_gap", "underfit_success",
+                                   "grounding_drop", "checkable_min"])
 @pytest.mark.parametrize("value", [0.0, -0.1, 1.5, float("nan")])
 def test_invalid_thresholds(field, value):
     with pytest.raises(ValueError, match=rf"DiagnosisThresholds.{field} must be a number in \(0, 1\]"):
         DiagnosisThresholds(**{field: value})
+
+
+def test_grounding_that_fell_is_template_collapse_while_the_mi_stays_high():
+    """Collapse study 3's second kind: the MI is healthy (excess 1.45 >= 0.208) but the env's
+    check says the reasoning states a wrong state: 0.99 -> 0.25 fell 0.74 >= 0.2, checkable
+    0.98 >= 0.8."""
+    d = diagnose(**OK_MI, **OK_FIT, grounding=0.25, grounding_ref=0.99, checkable=0.98)
+    assert (d.label, d.code) == ("template_collapse", 1)
+    assert ("template collapse by the env's check: the reasoning states a wrong state: "
+            "grounding 0.25 (0.99 at start: fell 0.74 >= 0.2), checkable 0.98 >= 0.8") in d.evidence
+    assert "excess 1.45 >= 0.1 x 2.08" in d.evidence  # the MI part says it is high
+
+
+@pytest.mark.parametrize("grounding, checkable, why", [
+    (0.85, 0.98, "fell 0.14 < 0.2"),  # a small fall
+    (0.25, 0.6, "checkable 0.6 < 0.8"),  # most reasoning no longer states a state: not a template
+])
+def test_grounding_criterion_needs_both_a_fall_and_checkable_reasoning(grounding, checkable, why):
+    d = diagnose(**OK_MI, **OK_FIT, grounding=grounding, grounding_ref=0.99, checkable=checkable)
+    assert d.label == "healthy" and why in d.evidence
+
+
+def test_grounding_at_the_boundary_and_missing_parts():
+    # exactly the drop and exactly the checkable share hold (>=): 0.9 - 0.7 = 0.2 in binary
+    # floating point is 0.20000000000000007, so use values that subtract exactly
+    d = diagnose(**OK_MI, grounding=0.5, grounding_ref=0.75, checkable=0.8,
+                 thresholds=DiagnosisThresholds(grounding_drop=0.25))
+    assert d.label == "template_collapse"
+    d = diagnose(**OK_MI, grounding=0.25)
+    assert d.label == "healthy"
+    assert "grounding not assessed (missing grounding_ref, checkable)" in d.evidence
+    d = diagnose(**OK_MI)  # an env without a ground hook: nothing said about grounding
+    assert "grounding" not in d.evidence
+    with pytest.raises(ValueError, match=r"grounding must be in \[0, 1\], got 1.2"):
+        diagnose(grounding=1.2)

@@ -3,6 +3,8 @@ take the later-turn panel where ``later_turns`` is chosen (no Ray: the methods o
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from ragen2.collapse.alert import CollapseAlert
@@ -79,3 +81,26 @@ def test_the_diagnosis_reads_the_instrument():
     assert later.diagnose(0.4)["collapse/diagnosis"] == 1.0
     none = _ctl("later_turns")  # no later-turn measurement yet: MI not assessed
     assert none.diagnose(0.4)["collapse/diagnosis"] == 0.0
+
+
+def test_the_diagnosis_reads_the_later_turn_grounding_against_its_first_measurement():
+    """later_turns: the panel's first grounding becomes the reference; a later measurement with
+    a healthy MI but grounding fallen 0.74 with checkable 0.98 is template collapse. first_turn
+    reads no grounding (the same panel values change nothing)."""
+    later = _ctl("later_turns")
+    healthy_mi = {"collapse/panel/turns/mi": 1.2, "collapse/panel/turns/mi_null": 0.02,
+                  "collapse/panel/turns/log_n": 3.47, "collapse/panel/turns/mi_bound": 3.47,
+                  "collapse/panel/turns/grounding/checkable_frac": 0.98}
+    start = PanelMeasurement({**healthy_mi, "collapse/panel/turns/grounding/frac": 0.99},
+                             mi_lo=1.0, mi_floor=0.05)
+    drifted = PanelMeasurement({**healthy_mi, "collapse/panel/turns/grounding/frac": 0.25},
+                               mi_lo=1.0, mi_floor=0.05)
+    for m in (start, drifted):  # the panels measure the later turns only
+        later.panels = SimpleNamespace(measure=lambda step, version, m=m: (None, m, {}))
+        later.measure_panel(0, 0)
+    assert later.health.grounding_ref == 0.99  # the first measurement's, kept
+    assert later.diagnose(0.4)["collapse/diagnosis"] == 1.0
+    first = _ctl("first_turn")
+    first.health.collapse["collapse/mi"] = 1.0  # a healthy first-turn MI
+    first.health.panel_turns, first.health.grounding_ref = drifted.metrics, 0.99
+    assert first.diagnose(0.4)["collapse/diagnosis"] == 0.0
