@@ -229,13 +229,33 @@ def _success_inputs(metrics, summary) -> tuple[dict[str, Any], dict[str, str]]:
     return vals, src
 
 
+def _grounding_inputs(metrics, config) -> tuple[dict[str, Any], dict[str, str]]:
+    """The later-turn panel's grounding as the online diagnosis reads it
+    (:func:`ragen2.collapse.instrument.grounding_inputs`): its first measured value as the
+    reference, the newest measurement's grounding and checkable share. Nothing where the run has
+    no later-turn grounding (an env without a ``ground`` hook) or reads the first turn."""
+    monitor = (config or {}).get("monitor")
+    choice = monitor.get("alert_instrument", "auto") if isinstance(monitor, dict) else "auto"
+    p = "collapse/panel/turns/grounding/"
+    series = sorted(metric_series(metrics, p + "frac"))
+    checkable = sorted(metric_series(metrics, p + "checkable_frac"))
+    if choice == "first_turn" or not series or not checkable:
+        return {}, {}
+    (s0, ref), (newest, chk) = series[0], checkable[-1]
+    row = metrics[newest]
+    return ({"grounding": row.get(p + "frac"), "grounding_ref": ref, "checkable": chk},
+            {"grounding": f"{p}frac at step {newest}" if row.get(p + "frac") is not None
+             else f"{p}frac withheld at step {newest}", "grounding_ref": f"{p}frac at step {s0}",
+             "checkable": f"{p}checkable_frac at step {newest}"})
+
+
 def diagnosis_inputs(metrics, records, summary=None, config=None
                      ) -> tuple[dict[str, Any], dict[str, str]]:
     """The keyword arguments of ``diagnose`` for this run, and where each one came from."""
     vals: dict[str, Any] = {}
     src: dict[str, str] = {}
     for v, s in (_mi_inputs(metrics, records, config), _entropy_inputs(metrics),
-                 _success_inputs(metrics, summary)):
+                 _success_inputs(metrics, summary), _grounding_inputs(metrics, config)):
         vals.update(v)
         src.update(s)
     return vals, src

@@ -340,3 +340,21 @@ def test_out_of_range_metric_exits_2(tmp_path, capsys):
 def test_bad_options_exit_2(tmp_path, capsys, bad):
     code, err = _exit_code([str(make_run(tmp_path)), *bad], capsys)
     assert code == 2 and "ragen2-analyze: error: argument" in err
+
+
+def test_the_offline_diagnosis_reads_the_later_turn_grounding_too(tmp_path, no_plots):
+    """The informative run (healthy MI) whose later-turn panel grounding went 0.95 (step 0) ->
+    0.5 at step 3 with 0.9 checkable: fell 0.45 >= 0.2, template collapse by the env's check; the
+    reference is the first value, the current one the newest."""
+    rows = [dict(r) for r in BASE_METRICS]
+    for r, g in zip(rows, (0.95, 0.9, 0.7, 0.5)):
+        r.update({"collapse/panel/turns/grounding/frac": g,
+                  "collapse/panel/turns/grounding/checkable_frac": 0.9})
+    d = run_cli(make_run(tmp_path / "a", "informative", rows))["diagnosis"]
+    assert d["label"] == "template_collapse" and "by the env's check" in d["evidence"]
+    assert d["inputs"]["grounding"] == 0.5 and d["inputs"]["grounding_ref"] == 0.95
+    assert d["inputs"]["checkable"] == 0.9
+    assert d["sources"]["grounding_ref"] == "collapse/panel/turns/grounding/frac at step 0"
+    rows[3]["collapse/panel/turns/grounding/frac"] = 0.8  # fell 0.15: healthy
+    d = run_cli(make_run(tmp_path / "b", "informative", rows))["diagnosis"]
+    assert d["label"] == "healthy" and "fell 0.15 < 0.2" in d["evidence"]
