@@ -27,11 +27,15 @@ DEFAULT = "(default)"
 SEED_KEYS = ("seed",)  # never an arm key by default: the runs of an arm differ by them
 #: the per-job numbers (``study.run_summary``) aggregated per arm, and their titles
 ARM_KEYS = {"final_success": "final success", "final_mi": "final MI",
-            "final_retrieval_acc": "final retrieval@1", "final_token_entropy": "final token entropy",
+            "final_retrieval_acc": "final retrieval@1",
+            "final_panel_turns_grounded": "final later-turn grounding (panel)",
+            "final_token_entropy": "final token entropy",
             "mean_kept_ratio": "mean kept ratio", "mean_reward_spread": "mean reward spread",
             "mean_step_s": "mean step s"}
 #: the correlations the sweep pages show first (all of ``study.CORRELATIONS`` follow)
 CORRELATION_TITLES = {"mi_vs_success": "MI vs held-out success",
+                      "panel_turns_grounded_vs_success":
+                          "later-turn grounding (panel) vs held-out success",
                       "entropy_vs_success": "token entropy vs held-out success"}
 
 

@@ -98,6 +98,7 @@ SERIES = {
 CORRELATIONS = {
     "mi_vs_success": ("mi", "success"),
     "panel_turns_mi_vs_success": ("panel_turns_mi", "success"),  # the later-turn probe panel
+    "panel_turns_grounded_vs_success": ("panel_turns_grounded", "success"),  # the env's check
     "retrieval_vs_success": ("retrieval_acc", "success"),
     "h_cond_vs_success": ("h_cond", "success"),
     "entropy_vs_success": ("token_entropy", "success"),

@@ -125,7 +125,7 @@ def test_spearman_without_scipy_still_gives_rho(monkeypatch):
 def test_sweep_report_group_by(sweep, capsys):
     assert sweep_main([str(sweep), "--group-by", "filter.value"]) == 0
     out = capsys.readouterr().out
-    assert ("| filter.value=0.5 | 3 | 0.400 ± 0.200 (0.200–0.600) | 0.200 ± 0.100 (0.100–0.300) | — "
+    assert ("| filter.value=0.5 | 3 | 0.400 ± 0.200 (0.200–0.600) | 0.200 ± 0.100 (0.100–0.300) | — | — "
             "| 0.900 ± 0.100 (0.800–1.000) | 0.750 ± 0.250 (0.500–1.000) | — | — |") in out
     assert "| filter.value=0.9 | 3 | 0.600 ± 0.173 (0.500–0.800) | 0.800 ± 0.100 (0.700–0.900) |" in out
     assert "| mi_vs_success | collapse/mi | eval/success | — | — | 0 | 6 |" in out
