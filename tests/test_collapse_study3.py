@@ -560,3 +560,25 @@ def test_run_time_flags_read_the_diagnosis_code_and_the_alert(s3):
          20: {"collapse/diagnosis": 2.0, "collapse/alert": 1.0}, 30: {"collapse/diagnosis": 1.0},
          40: {"collapse/diagnosis": None}, 50: {}}
     assert analysis.run_time_flags(m) == {"diagnosis_steps": [10, 30], "alert_steps": [20]}
+
+
+def test_the_sweep_page_holds_the_finished_counted_runs_by_arm(s3, tmp_path):
+    """Three finished runs (d0 seeds 0 and 1, d0_top_p seed 0) make two arms of the report, one
+    per (filter, entropy_coef) as the runs' own overrides name them; a run folder without a
+    record (in progress) is left out."""
+    study3, _, report = s3
+    out = tmp_path / "results_v3"
+    keys = [("d0", 0), ("d0", 1), ("d0_top_p", 0)]
+    for arm, seed in [*keys, ("dhigh", 0)]:
+        _run(out, arm, seed, 0.9, 0.6, success_end=0.4)
+        hydra = out / "runs" / f"{arm}_s{seed}" / ".hydra"
+        hydra.mkdir()
+        (hydra / "overrides.yaml").write_text("".join(
+            f"- {o}\n" for o in study3.overrides(arm, seed, DOSES)))
+    html = report.sweep_page(out, _book(out, keys)).read_text()
+    arms = html.split("Curves per arm")[0]
+    assert arms.count("<td>filter=none algorithm.entropy_coef=0.0</td>") == 1
+    assert arms.count("<td>filter=ragen2_paper algorithm.entropy_coef=0.0</td>") == 1
+    assert "d0_s1" in html and "dhigh_s0" not in html and "entropy_coef=0.03" not in html
+    with pytest.raises(ValueError, match="no finished counted run"):
+        report.sweep_page(out, [])

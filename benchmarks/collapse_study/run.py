@@ -43,6 +43,7 @@ Usage::
     python benchmarks/collapse_study/run.py --design v3 --screen    # Study 3's warm-start screen
     python benchmarks/collapse_study/run.py --design v3 --dry-run   # Study 3's commands, in order
     python benchmarks/collapse_study/run.py --design v3             # Study 3's counted runs
+    python benchmarks/collapse_study/run.py --design v3 --report    # its ragen2 sweep report
 """
 
 from __future__ import annotations
@@ -584,11 +585,14 @@ def main() -> int:
                          "then results_v3/screen.json")
     ap.add_argument("--dry-run", action="store_true",
                     help="v3: print every run's command in order, run nothing")
+    ap.add_argument("--report", action="store_true",
+                    help="v3: ragen2's sweep report of the finished counted runs, one arm per "
+                         "(filter, entropy_coef): results_v3/report.html")
     args = ap.parse_args()
     if args.design == "v3":
         return main_v3(ap, args)
-    if args.pilot or args.dry_run or args.screen:
-        ap.error("--pilot, --screen and --dry-run belong to --design v3")
+    if args.pilot or args.dry_run or args.screen or args.report:
+        ap.error("--pilot, --screen, --dry-run and --report belong to --design v3")
     design = DESIGNS[args.design]
     arms = args.arms or (QUICK["arms"] if args.quick else design["default_arms"])
     unknown = [a for a in arms if a not in design["arms"]]
@@ -653,11 +657,14 @@ def main_v3(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return study3.run_pilot(out, args.cache_root, dry_run=args.dry_run)
     if args.screen:
         return study3.run_screen(out, args.cache_root, dry_run=args.dry_run)
-    if args.analyze_only:
+    if args.analyze_only or args.report:
         previous = study3._results(out)
         if not previous:
-            ap.error(f"--analyze-only: no {out / 'results.json'} to reanalyse")
-        study3_report.analyze(out, previous["runs"], previous["settings"])
+            ap.error(f"--analyze-only / --report: no {out / 'results.json'} to read")
+        if args.analyze_only:
+            study3_report.analyze(out, previous["runs"], previous["settings"])
+        if args.report:
+            print(f"wrote {study3_report.sweep_page(out, previous['runs'])}")
         return 0
     try:  # the screen's counted seeds (README "Study 3", Deviations 2026-12-06) unless named
         seeds = args.seeds or study3.seeds_to_run(out)

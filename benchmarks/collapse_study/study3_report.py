@@ -406,6 +406,25 @@ def _largest_falls(verdicts: dict[int, dict[Any, list[float | None]]], first: in
     return [key for _, _, key in sorted(falls)[:k]]
 
 
+#: the overrides that make a Study 3 arm (the seed keys differ within an arm)
+ARM_KEYS = "filter,algorithm.entropy_coef"
+
+
+def sweep_page(out: Path, runs: list[dict[str, Any]]) -> Path:
+    """``out/report.html``: ragen2's sweep report (``ragen2.analysis.report_sweep``) over the
+    finished counted runs only (:func:`missing_runs`: no run of a seed outside the count, none
+    in progress), one arm per (filter, entropy_coef), without the per-run pages."""
+    from ragen2.analysis.report_sweep import sweep_report
+
+    dirs, _ = missing_runs(out, runs, registered_seeds(out))
+    if not dirs:
+        raise ValueError(f"{out}: no finished counted run to report")
+    page = out / "report.html"
+    page.write_text(sweep_report(out / "runs", sorted(dirs.values()), page, group_by=ARM_KEYS,
+                                 job_reports=False), encoding="utf-8")
+    return page
+
+
 def analyze(out: Path, runs: list[dict[str, Any]], settings: dict[str, Any], plots: bool = True,
             resamples: int = 2000) -> dict[str, Any]:
     """Evaluate the registered runs in ``out/runs`` and write results.json, tables.md, the
