@@ -159,8 +159,9 @@ def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list
     caught = [name(r) for r in tc if r.get("diagnosis_steps")]
     other = [name(r) for r in runs if r.get("diagnosis_steps") and not r["template_collapse"]]
     alerts = [name(r) for r in runs if r.get("alert_steps")]
-    out.append("**Did the run-time MI instruments see it?** (descriptive) The diagnosis, which "
-               "reads the later-turn panel MI, labelled template collapse at some step in "
+    out.append("**Did the run-time MI instruments see it?** (descriptive) The runs' own "
+               "diagnosis (at the pinned commit it read the later-turn panel MI only; ragen2's "
+               "diagnosis now reads the grounding too) labelled template collapse at some step in "
                f"{len(caught)} of the {len(tc)} runs with template collapse by the grounding rule"
                + (f" ({', '.join(caught)})" if caught else "") + f" and in {len(other)} other "
                "finished runs" + (f" ({', '.join(other)})" if other else "") + "; the collapse "
