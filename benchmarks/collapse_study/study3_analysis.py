@@ -409,8 +409,7 @@ def filter_over_doses(runs: dict[tuple[str, int], dict[str, Any]], left: set[tup
     gives d = change(dose_top_p, seed) - change(dose, seed) (both runs with a change and reasoning
     left); a seed's effect is the mean of its pairs' d, and the effect is the mean over seeds with
     a 95% percentile bootstrap interval resampling seeds (the arms of a seed share its warm start,
-    so the seed, not the pair, is the unit). Also the template-collapse counts with and without the
-    filter.
+    so the seed, not the pair, is the unit).
 
     Example: seed 3 pairs d = -0.4, -0.7 and seed 4 pairs d = +0.1 -> per seed -0.55, +0.1,
     effect -0.225."""
@@ -430,14 +429,10 @@ def filter_over_doses(runs: dict[tuple[str, int], dict[str, Any]], left: set[tup
         per_seed.setdefault(seed, []).append(d)
     means = {s: statistics.fmean(v) for s, v in sorted(per_seed.items())}
     lo, hi = bootstrap_interval(list(means.values()), "mean", resamples)
-    counts = {f: {"collapse": sum(r["template_collapse"] is True for (a, _), r in runs.items()
-                                  if ARMS[a][1] == f),
-                  "assessed": sum(r["template_collapse"] is not None for (a, _), r in runs.items()
-                                  if ARMS[a][1] == f)} for f in ("none", "top_p")}
     return {"effect": statistics.fmean(means.values()) if means else None, "lo": lo, "hi": hi,
             "per_seed": means, "pairs": pairs, "n_seeds": len(means), "n_pairs": len(pairs),
             "n_below": sum(d < 0 for d in pairs.values()),
-            "n_above": sum(d > 0 for d in pairs.values()), "collapse": counts}
+            "n_above": sum(d > 0 for d in pairs.values())}
 
 
 def secondary_effects(runs: dict[tuple[str, int], dict[str, Any]], resamples: int = 2000

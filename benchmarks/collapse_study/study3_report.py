@@ -132,23 +132,29 @@ def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list
         return (f"{len(c['yes'])} of {n}{_seed_list(c['yes'])}"
                 + (f", {len(c['n/a'])} not assessable" if c["n/a"] else ""))
 
-    rows = [f"| {d} ({doses[d]:g}) | {cell(d)} | {cell(d + '_top_p')} |" if d in doses
-            else f"| {d} | {cell(d)} | {cell(d + '_top_p')} |"
-            for d in dict.fromkeys(dose for dose, _ in ARMS.values())]
+    def dose(d: str) -> str:
+        return f"{d} ({doses[d]:g})" if d in doses else d
+
+    rows = [f"| {dose(d)} | {cell(d)} | {cell(d + '_top_p')} |"
+            for d in dict.fromkeys(d for d, _ in ARMS.values())]
     out += ["| dose (entropy_coef) | runs with template collapse, no filter | with top-p 0.9 |\n"
             "|---|---|---|\n" + "\n".join(rows)]
     out.append(f"**At which dose?** The table above, and the registered paired effects on the "
                f"grounding change: {h_text('G2a')}; {h_text('G2b')}.")
     f = res["filter_over_doses"]
-    cw, cn = f["collapse"]["top_p"], f["collapse"]["none"]
+
+    def collapsed(filt: str) -> str:  # "k of n" over the filter's arms, assessable runs only
+        cs = [c for a, c in by_arm.items() if ARMS[a][1] == filt]
+        return f"{sum(len(c['yes']) for c in cs)} of {sum(len(c['yes']) + len(c['no']) for c in cs)}"
+
     out.append(f"**Did top-p change it?** Registered: {h_text('G3a')}; {h_text('G3b')} (predicted "
                "positive: the filter holds grounding). Over all three doses (exploratory, not "
                "registered: Deviations 2026-12-06), top-p minus no filter on the grounding change, "
                f"mean over seeds {_f(f['effect'], 3, True)} [{_f(f['lo'], 3, True)}, "
                f"{_f(f['hi'], 3, True)}] over {f['n_seeds']} seeds ({f['n_pairs']} dose-seed "
                f"pairs, {f['n_below']} below 0 and {f['n_above']} above); template collapse in "
-               f"{cw['collapse']} of {cw['assessed']} assessable top-p runs and {cn['collapse']} "
-               f"of {cn['assessed']} unfiltered ones.")
+               f"{collapsed('top_p')} assessable top-p runs and {collapsed('none')} unfiltered "
+               "ones.")
     # results.json records the per-run analysis as "per_run"; evaluate() returns it as "runs"
     runs = res["per_run"] if "per_run" in res else list(res["runs"].values())
     tc = [r for r in runs if r["template_collapse"]]
@@ -168,7 +174,7 @@ def answers(res: dict[str, Any], doses: dict[str, float], interim: bool) -> list
                f"alert fired in {len(alerts)}" + (f" ({', '.join(alerts)})" if alerts else "")
                + " (it waits for held-out success to stop gaining).")
     if tc and all("instruments" in r for r in tc):
-        cols = [k for k in tc[0]["instruments"]]
+        cols = list(tc[0]["instruments"])
         out.append("The runs with template collapse by the grounding rule, each instrument "
                    "before RL -> at step 100 (panel = the later-turn probe panel):\n\n"
                    "| run | grounding | diagnosis flagged at | " + " | ".join(cols) + " |\n|"

@@ -144,13 +144,18 @@ def _withheld(metrics, prefix: str, last_value: tuple[int, float] | None
     return dict.fromkeys(keys), dict.fromkeys(keys, why)
 
 
+def _instrument_choice(config) -> str:
+    """``monitor.alert_instrument`` of the run's saved config (``auto`` without one)."""
+    monitor = (config or {}).get("monitor")
+    return monitor.get("alert_instrument", "auto") if isinstance(monitor, dict) else "auto"
+
+
 def _mi_inputs(metrics, records, config) -> tuple[dict[str, Any], dict[str, str]]:
     """mi, mi_null, log_n: the later-turn probe panel's newest measurement where the run logged
     one and its ``monitor.alert_instrument`` is not ``first_turn`` (the trainer's own choice,
     :mod:`ragen2.collapse.instrument`), else the online monitor's if it ran, else the plug-in one.
     A newest measurement without a value (too few samples) gives None's, not an older value."""
-    monitor = (config or {}).get("monitor")
-    choice = monitor.get("alert_instrument", "auto") if isinstance(monitor, dict) else "auto"
+    choice = _instrument_choice(config)
     turns = _last(metric_series(metrics, "collapse/panel/turns/mi"))
     if choice != "first_turn" and (none := _withheld(metrics, "collapse/panel/turns/", turns)):
         return none
@@ -234,8 +239,7 @@ def _grounding_inputs(metrics, config) -> tuple[dict[str, Any], dict[str, str]]:
     (:func:`ragen2.collapse.instrument.grounding_inputs`): its first measured value as the
     reference, the newest measurement's grounding and checkable share. Nothing where the run has
     no later-turn grounding (an env without a ``ground`` hook) or reads the first turn."""
-    monitor = (config or {}).get("monitor")
-    choice = monitor.get("alert_instrument", "auto") if isinstance(monitor, dict) else "auto"
+    choice = _instrument_choice(config)
     p = "collapse/panel/turns/grounding/"
     series = sorted(metric_series(metrics, p + "frac"))
     checkable = sorted(metric_series(metrics, p + "checkable_frac"))
