@@ -65,8 +65,15 @@ def machine() -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    try:  # whether model.dtype=auto computes in bf16 here (machines of this kind differ)
+        from ragen2.cluster.host import cpu_bf16
+
+        bf16: bool | None = cpu_bf16()
+    except (ImportError, OSError):
+        bf16 = None
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu,
-            "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], **versions}
+            "cpus": os.cpu_count(), "cpu_bf16": bf16, "load_avg_1m": os.getloadavg()[0],
+            **versions}
 
 
 def proc_status_kib(*keys: str, pid: int | str = "self") -> dict[str, int]:
