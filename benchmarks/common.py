@@ -69,7 +69,7 @@ def machine() -> dict[str, Any]:
         from ragen2.cluster.host import cpu_bf16
 
         bf16: bool | None = cpu_bf16()
-    except (ImportError, OSError):
+    except ImportError:  # (cpu_flags reads an unreadable /proc/cpuinfo as no flags)
         bf16 = None
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu,
             "cpus": os.cpu_count(), "cpu_bf16": bf16, "load_avg_1m": os.getloadavg()[0],
