@@ -80,8 +80,8 @@ def test_the_scan_finds_a_typed_number_and_lets_names_and_settings_be():
                                          "line 8: −0.070"]
 
 
-def test_the_staleness_table_takes_labels_and_shows_a_missing_one_as_not_run():
-    md = BLOCKS["staleness-table"]("staleness1_lr2.5e-4", "staleness0", "no_such_label")
+def test_the_pair_table_takes_labels_and_shows_a_missing_one_as_not_run():
+    md = BLOCKS["pair-table"]("staleness1_lr2.5e-4", "staleness0", "no_such_label")
     head, _, *rows = md.splitlines()
     assert "`no_such_label`" in head and "k = 1 − k = 0" in head
     assert len(rows) == 7  # six seed pairs and the medians
