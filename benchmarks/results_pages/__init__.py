@@ -29,6 +29,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "robustness-table": robustness.robustness_table,
     "robustness-other-seeds": robustness.robustness_other_seeds,
     "robustness-staleness": robustness.robustness_staleness,
+    "getting-started-train": robustness.getting_started_train,
     "pair-table": robustness.pair_table,
     "near-verdict": robustness.near_verdict,
     "smollm2-table": smollm2.smollm2_table,

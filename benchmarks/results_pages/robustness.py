@@ -208,6 +208,16 @@ def near_verdict(first: str, *baselines: str) -> str:
             f"({joined(confirm)}):\n\n" + "\n".join(lines))
 
 
+def getting_started_train() -> str:
+    """Getting started's sentence on `make train`: the median wall time and held-out success of
+    :data:`CURRENT`'s runs (the same grid as the README's row)."""
+    s = summary(CURRENT)
+    return (f"On a 2-core CPU `make train` takes about {s['wall_s']['median'] / 60:.0f} minutes on "
+            f"empty caches and raises held-out success from about {s['before']['median']:.2f} to "
+            f"about {s['after']['median']:.2f} (medians of {len(grid(CURRENT))} seed pairs: "
+            "[The robustness distribution](results/robustness.md)).")
+
+
 def readme_train_row() -> list[str]:
     """The README's `make train` row: wall time and held-out success over the bar's grid of
     :data:`CURRENT`'s runs."""
