@@ -294,3 +294,23 @@ def test_the_smollm2_trl_block_reads_both_sides(tmp_path, monkeypatch):
     assert ("minus ragen2's on the same held-out problems: -0.200 [-0.350, -0.050] (better on 3, "
             "worse on 14 of the 55 problems)") in " ".join(text.split())
     assert "same 55 held-out problems" in text and "commit `abcdef1`" in text
+
+
+def _six(gains: list[float]) -> dict:
+    keys = [f"w{w}_s{s}" for w in range(3) for s in range(2)]
+    return {"overrides": [], "runs": {k: {"returncode": 0, "before": 0.0, "after": g, "gain": g,
+                                           "wall_s": 600.0} for k, g in zip(keys, gains)}}
+
+
+def test_the_near_verdict_says_which_side_of_the_margin_a_median_lies(monkeypatch):
+    doc = {"labels": {"new": _six([0.30, 0.32, 0.34, 0.36, 0.38, 0.40]),
+                      "low": _six([0.20, 0.22, 0.26, 0.28, 0.30, 0.32]),
+                      "near": _six([0.31, 0.33, 0.36, 0.38, 0.39, 0.41])}}
+    monkeypatch.setattr(robustness, "load", lambda path: doc)
+    lines = BLOCKS["near-verdict"]("new", "low", "near").splitlines()
+    # medians: new (0.34 + 0.36) / 2 = 0.35, low (0.26 + 0.28) / 2 = 0.27 (+0.08: outside 0.05,
+    # higher), near (0.36 + 0.38) / 2 = 0.37 (-0.02: within)
+    assert "medians +0.350 and +0.270, +0.080 (outside 0.05, higher;" in lines[2]
+    assert lines[2].endswith("**the bar fails**. On all six pairs the medians differ by +0.080.")
+    assert "medians +0.350 and +0.370, −0.020 (within 0.05; median pair" in lines[3]
+    assert "**the bar holds**" in lines[3]

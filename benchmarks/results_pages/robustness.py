@@ -201,7 +201,8 @@ def near_verdict(first: str, *baselines: str) -> str:
             f"- against {name}: every gain >= {bar['min_gain']} "
             f"({'yes' if floor_ok else 'no'}, min {signed(min(r['gain'] for r in a.values()))}); "
             f"medians {signed(ga)} and {signed(gb)}, {minus(ga - gb)} "
-            f"({'within' if near else 'outside'} {bar['median_gain_within']}; median pair "
+            f"({'within' if near else 'outside'} {bar['median_gain_within']}"
+            f"{'' if near else ', higher' if ga > gb else ', lower'}; median pair "
             f"difference {minus(pairs)}): **the bar {'holds' if floor_ok and near else 'fails'}**. "
             f"On all six pairs the medians differ by {minus(six)}.")
     return (f"Judged as registered, on the {count(len(confirm))} confirmation pairs "
