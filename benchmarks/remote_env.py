@@ -27,7 +27,10 @@ Three modes, none part of ``run.py``:
   that the label's overrides are the same in every sitting::
 
       python benchmarks/remote_env.py seed-pairs -- --label remote_http
-      python benchmarks/robustness.py --report --label remote_http --against default --bar near
+      python benchmarks/robustness.py --report --label remote_http --against fast_v1 --bar near
+
+  ``fast_v1``: the in-process label with the same settings at the same commit (today's default
+  job); a label from another commit differs by more than the transport.
 
   which is, by hand (the server started first, its URL in ``RAGEN2_ENV_URL``)::
 

@@ -417,7 +417,7 @@ class MonitorConfig:
     # the first-turn panel (collapse/panel/* outside turns/): always | never | auto = not where
     # the later-turn panel exists and the alert does not read the first turn (on FrozenLake the
     # first reasoning is the same for every map, so its MI sits at its floor by construction)
-    first_turn_panel: str = "always"
+    first_turn_panel: str = "auto"
     # collapse alert (collapse/alert): the panel MI's lower bound at or under the floor for
     # `alert_patience` measurements in a row while held-out success gains no more than
     # `alert_min_gain`; then warn (log + print), rollback (the newest healthy checkpoint, and a

@@ -42,6 +42,7 @@ def test_a_figure_edited_by_hand_is_stale(tmp_path):
 def test_data_changed_without_regenerating_is_stale(monkeypatch):
     doc = copy.deepcopy(data.load(robustness.DOC))
     doc["labels"]["default"]["runs"]["w0_s0"]["after"] = 0.9
+    doc["labels"][robustness.CURRENT]["runs"]["w0_s0"]["after"] = 0.9
     real = data.load
 
     def load(path: str):
@@ -51,6 +52,22 @@ def test_data_changed_without_regenerating_is_stale(monkeypatch):
     stale = pages.stale()
     assert "docs/results/robustness.md: generated: robustness-table" in stale
     assert "README.md: generated: readme-commands" in stale
+    assert "docs/getting-started.md: generated: getting-started-train" in stale
+
+
+def test_getting_started_states_the_current_labels_medians(monkeypatch):
+    before, after = [0.0, 0.0, 0.1, 0.1, 0.2, 0.2], [0.5, 0.52, 0.6, 0.64, 0.7, 0.75]
+    walls = [600.0, 700.0, 760.0, 800.0, 850.0, 900.0]
+    keys = [f"w{w}_s{s}" for w in range(3) for s in range(2)]
+    runs = {k: {"returncode": 0, "before": b, "after": a, "gain": a - b, "wall_s": t}
+            for k, b, a, t in zip(keys, before, after, walls)}
+    doc = {"labels": {robustness.CURRENT: {"overrides": [], "runs": runs}}}
+    monkeypatch.setattr(robustness, "load", lambda path: doc)
+    # medians: wall (760 + 800) / 2 = 780 s = 13 min; before 0.10; after (0.6 + 0.64) / 2 = 0.62
+    assert BLOCKS["getting-started-train"]() == (
+        "On a 2-core CPU `make train` takes about 13 minutes on empty caches and raises held-out "
+        "success from about 0.10 to about 0.62 (medians of 6 seed pairs: "
+        "[The robustness distribution](results/robustness.md)).")
 
 
 @pytest.mark.parametrize("page", pages.NO_LOOSE_NUMBERS)
@@ -80,8 +97,8 @@ def test_the_scan_finds_a_typed_number_and_lets_names_and_settings_be():
                                          "line 8: −0.070"]
 
 
-def test_the_staleness_table_takes_labels_and_shows_a_missing_one_as_not_run():
-    md = BLOCKS["staleness-table"]("staleness1_lr2.5e-4", "staleness0", "no_such_label")
+def test_the_pair_table_takes_labels_and_shows_a_missing_one_as_not_run():
+    md = BLOCKS["pair-table"]("staleness1_lr2.5e-4", "staleness0", "no_such_label")
     head, _, *rows = md.splitlines()
     assert "`no_such_label`" in head and "k = 1 − k = 0" in head
     assert len(rows) == 7  # six seed pairs and the medians
@@ -277,3 +294,23 @@ def test_the_smollm2_trl_block_reads_both_sides(tmp_path, monkeypatch):
     assert ("minus ragen2's on the same held-out problems: -0.200 [-0.350, -0.050] (better on 3, "
             "worse on 14 of the 55 problems)") in " ".join(text.split())
     assert "same 55 held-out problems" in text and "commit `abcdef1`" in text
+
+
+def _six(gains: list[float]) -> dict:
+    keys = [f"w{w}_s{s}" for w in range(3) for s in range(2)]
+    return {"overrides": [], "runs": {k: {"returncode": 0, "before": 0.0, "after": g, "gain": g,
+                                           "wall_s": 600.0} for k, g in zip(keys, gains)}}
+
+
+def test_the_near_verdict_says_which_side_of_the_margin_a_median_lies(monkeypatch):
+    doc = {"labels": {"new": _six([0.30, 0.32, 0.34, 0.36, 0.38, 0.40]),
+                      "low": _six([0.20, 0.22, 0.26, 0.28, 0.30, 0.32]),
+                      "near": _six([0.31, 0.33, 0.36, 0.38, 0.39, 0.41])}}
+    monkeypatch.setattr(robustness, "load", lambda path: doc)
+    lines = BLOCKS["near-verdict"]("new", "low", "near").splitlines()
+    # medians: new (0.34 + 0.36) / 2 = 0.35, low (0.26 + 0.28) / 2 = 0.27 (+0.08: outside 0.05,
+    # higher), near (0.36 + 0.38) / 2 = 0.37 (-0.02: within)
+    assert "medians +0.350 and +0.270, +0.080 (outside 0.05, higher;" in lines[2]
+    assert lines[2].endswith("**the bar fails**. On all six pairs the medians differ by +0.080.")
+    assert "medians +0.350 and +0.370, −0.020 (within 0.05; median pair" in lines[3]
+    assert "**the bar holds**" in lines[3]

@@ -90,3 +90,17 @@ def test_near_bar_names_missing_runs_of_either_label_and_ignores_other_seeds(rb)
     assert verdicts(lines) == ["yes", "yes", "NO", "NO"]
     assert "of base's 0.190" in lines[1]  # median of 0.15 0.17 0.19 0.21 0.25 (w2_s0's 0.23 gone)
     assert lines[2:] == ["new: not run yet: w0_s1 -> NO", "base: not run yet: w2_s0 -> NO"]
+
+
+def test_a_retired_label_gets_no_new_runs_but_a_plain_run_measures_todays_default(rb, tmp_path,
+                                                                               monkeypatch):
+    """``default`` was recorded with no overrides while those were the defaults; a new run under it
+    would measure today's job under the old name, so only --report may name it. A run without
+    --label measures :data:`CURRENT`, whose preset spells its settings out."""
+    out = tmp_path / "robustness.json"
+    monkeypatch.setattr("sys.argv", ["robustness.py", "--label", "default", "--out", str(out)])
+    with pytest.raises(SystemExit) as e:
+        rb.main()
+    assert e.value.code == 2 and not out.exists()  # refused before anything ran or was written
+    assert rb.CURRENT in rb.PRESETS and rb.PRESETS[rb.CURRENT]
+    assert "model.dtype=auto" in rb.PRESETS[rb.CURRENT] and rb.CURRENT not in rb.RETIRED

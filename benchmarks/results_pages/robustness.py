@@ -14,8 +14,10 @@ import robustness as bench  # benchmarks/robustness.py
 from .data import count, f, floor_to, joined, load, median, minus, signed, signed_span, span, table
 
 DOC = "benchmarks/results/robustness.json"
+#: the label whose runs are today's default job (the README's `make train` row)
+CURRENT = bench.CURRENT
 #: a label's name in the robustness table (its overrides are in the JSON; `default` has none)
-NAMES = {"default": "current (16 groups x 4, 3-epoch warm start)",
+NAMES = {"default": "issue 14's default (16 groups x 4, 3-epoch warm start)",
          "pre_issue14": "the earlier default (8 groups x 4, 1 epoch)"}
 #: a remark on one run of one label, shown in its cell of the staleness table
 NOTES = {("staleness1_lr2.5e-4", "w0_s0"): "the run the rate was chosen on"}
@@ -64,8 +66,8 @@ def robustness_table() -> str:
     head = ["default job", "before RL", f"after {steps} RL steps", "gain", "wall time, cold caches"]
     return """
 Measured {date} on one 2-core machine, the baseline (the earlier default, {groups} groups x {size}
-and a {epochs}-epoch warm start, recorded under the label `pre_issue14`) and the current default in
-the same sitting; held-out success on `trainer.eval_episodes=128` held-out seeds, same sampling
+and a {epochs}-epoch warm start, recorded under the label `pre_issue14`) and issue 14's default (label
+`default`) in the same sitting; held-out success on `trainer.eval_episodes=128` held-out seeds, same sampling
 protocol before and after:
 
 {table}
@@ -125,7 +127,7 @@ def _describe(name: str) -> str:
     return "" if k is None else f"k = {k}" + (f" at lr {lr}" if lr else "")
 
 
-def staleness_table(*labels: str) -> str:
+def pair_table(*labels: str) -> str:
     """Held-out success per seed pair of the bar's grid for each label, and the first label's
     gain minus each other's; a label or a run not in the JSON reads "not run"."""
     first, rest = labels[0], labels[1:]
@@ -175,7 +177,7 @@ def staleness_table(*labels: str) -> str:
 TUNED_ON = {"staleness1_lr2.5e-4": ("w0_s0",)}
 
 
-def staleness_verdict(first: str, *baselines: str) -> str:
+def near_verdict(first: str, *baselines: str) -> str:
     """The registered bar (:data:`robustness.NEAR_BAR`) judged as registered: on the grid's runs
     the setting was not chosen on (:data:`TUNED_ON`), ``first`` against each baseline; the
     six-pair figures beside it. A baseline with a missing confirmation run is "not decided"."""
@@ -199,16 +201,28 @@ def staleness_verdict(first: str, *baselines: str) -> str:
             f"- against {name}: every gain >= {bar['min_gain']} "
             f"({'yes' if floor_ok else 'no'}, min {signed(min(r['gain'] for r in a.values()))}); "
             f"medians {signed(ga)} and {signed(gb)}, {minus(ga - gb)} "
-            f"({'within' if near else 'outside'} {bar['median_gain_within']}; median pair "
+            f"({'within' if near else 'outside'} {bar['median_gain_within']}"
+            f"{'' if near else ', higher' if ga > gb else ', lower'}; median pair "
             f"difference {minus(pairs)}): **the bar {'holds' if floor_ok and near else 'fails'}**. "
             f"On all six pairs the medians differ by {minus(six)}.")
     return (f"Judged as registered, on the {count(len(confirm))} confirmation pairs "
             f"({joined(confirm)}):\n\n" + "\n".join(lines))
 
 
+def getting_started_train() -> str:
+    """Getting started's sentence on `make train`: the median wall time and held-out success of
+    :data:`CURRENT`'s runs (the same grid as the README's row)."""
+    s = summary(CURRENT)
+    return (f"On a 2-core CPU `make train` takes about {s['wall_s']['median'] / 60:.0f} minutes on "
+            f"empty caches and raises held-out success from about {s['before']['median']:.2f} to "
+            f"about {s['after']['median']:.2f} (medians of {len(grid(CURRENT))} seed pairs: "
+            "[The robustness distribution](results/robustness.md)).")
+
+
 def readme_train_row() -> list[str]:
-    """The README's `make train` row: wall time and held-out success over the bar's grid."""
-    runs, s = grid("default"), summary("default")
+    """The README's `make train` row: wall time and held-out success over the bar's grid of
+    :data:`CURRENT`'s runs."""
+    runs, s = grid(CURRENT), summary(CURRENT)
     w, b, a = s["wall_s"], s["before"], s["after"]
     return ["`make train`",
             f"~{w['median'] / 60:.0f} min ({w['min']:.0f}-{w['max']:.0f} s over {len(runs)} seeds)",
