@@ -42,7 +42,8 @@ def test_a_figure_edited_by_hand_is_stale(tmp_path):
 def test_data_changed_without_regenerating_is_stale(monkeypatch):
     doc = copy.deepcopy(data.load(robustness.DOC))
     doc["labels"]["default"]["runs"]["w0_s0"]["after"] = 0.9
-    doc["labels"][robustness.CURRENT]["runs"]["w0_s0"]["after"] = 0.9
+    for run in doc["labels"][robustness.CURRENT]["runs"].values():  # moves every median
+        run["after"] = 0.9
     real = data.load
 
     def load(path: str):
