@@ -180,7 +180,7 @@ def test_null_knobs_are_resolved_by_load_config():
     cuda = load_config(["model=smollm2", "cluster=gpu_1", "model.dtype=bfloat16"]).learner
     assert (cuda.micro_batch_tokens, cuda.activation_checkpointing) == (4096, False)
     tiny = load_config([]).learner  # the tiny recipe sets both
-    assert (tiny.micro_batch_tokens, tiny.activation_checkpointing) == (0, False)
+    assert (tiny.micro_batch_tokens, tiny.activation_checkpointing) == (8192, False)
 
 
 def test_memory_check_false_turns_the_refusal_into_a_warning():

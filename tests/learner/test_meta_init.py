@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.learner.test_rank import _batch
+from tests.learner.pinned import pinned
 
 IDS = [[5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300], [2, 64, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]]
 BASE = ("cluster.learner_world_size=2", "algorithm.lr=1e-3", "algorithm.micro_batch_size=2",
@@ -69,7 +70,7 @@ def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
             for meta in (False, True):
                 LearnerRank.meta_init = meta
                 torch.manual_seed(1234)  # both paths start from the same RNG state
-                cfg = load_config([*BASE, *extra])
+                cfg = load_config(pinned(*BASE, *extra))
                 r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
                 rdv.setup(r)
                 try:

@@ -8,10 +8,11 @@ import pytest
 from ragen2.controller import learner_settings
 from ragen2.learner.rank import LearnerRank, StaleBatchError
 from ragen2.train import load_config
+from tests.learner.pinned import pinned
 
 
 def _rank(path: str, *overrides: str) -> LearnerRank:
-    cfg = load_config(["cluster.learner_world_size=1", "algorithm.lr=1e-3", *overrides])
+    cfg = load_config(pinned("cluster.learner_world_size=1", "algorithm.lr=1e-3", *overrides))
     r = LearnerRank(cfg, path, 0, 1, threads=1, settings=learner_settings(cfg))
     r.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns
     return r

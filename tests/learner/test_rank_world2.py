@@ -15,6 +15,7 @@ import torch
 from ragen2.batch import TrainingBatch
 from ragen2.learner.forward import micro_batches
 from tests.learner.test_rank import _batch, _run
+from tests.learner.pinned import pinned
 
 PROBE_IDS = [5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300, 2, 64, 9, 10]
 
@@ -79,7 +80,7 @@ def _scenarios(rank: int, path: str, rdv, calls: list) -> dict:
     for name, extra in SCENARIOS.items():
         calls.clear()
         batch = prefix_batch if name.startswith("prefix") else _batch
-        cfg = load_config([*BASE, *extra])
+        cfg = load_config(pinned(*BASE, *extra))
         r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
         rdv.setup(r)
         try:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.learner.test_rank import _batch
+from tests.learner.pinned import pinned
 
 OVERRIDES = ("algorithm.lr=1e-3", "algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=2")
 
@@ -26,7 +27,7 @@ def _learner(path: str, rank: int, world: int, rdv=None):
     from ragen2.controller import learner_settings
     from ragen2.train import load_config
 
-    cfg = load_config([f"cluster.learner_world_size={world}", *OVERRIDES])
+    cfg = load_config(pinned(f"cluster.learner_world_size={world}", *OVERRIDES))
     r = LearnerRank(cfg, path, rank, world, threads=1, settings=learner_settings(cfg))
     if rdv is None:
         r.setup("127.0.0.1", 0)  # one rank: its store binds a port the OS assigns

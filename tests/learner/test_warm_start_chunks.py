@@ -28,6 +28,7 @@ from ragen2.learner.group import sft_outcome
 from ragen2.learner.ppo import allreduce, optimizer_step
 from ragen2.run_state import UpdateResult
 from tests.learner.test_host_syncs import counting_host_reads
+from tests.learner.pinned import pinned
 from tests.learner.test_rank import _rank
 
 #: 10 demonstration rows in batches of 3 (the last of each epoch 1 row), 2 epochs: 8 steps;
@@ -187,7 +188,7 @@ def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
 
     result, per_call = {}, warm_start_module.STEPS_PER_CALL
     for name, warm_start in (("before", reference_warm_start), ("after", chunked_warm_start)):
-        cfg = load_config(["cluster.learner_world_size=2", *OVERRIDES])
+        cfg = load_config(pinned("cluster.learner_world_size=2", *OVERRIDES))
         r = LearnerRank(cfg, path, rank, 2, threads=1, settings=learner_settings(cfg))
         rdv.setup(r)
         try:
