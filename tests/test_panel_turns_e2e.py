@@ -24,13 +24,15 @@ def test_later_turn_panel_measures_fixed_mid_episode_states(ray_session, tiny_mo
     cfg = load_config(small(tiny_model_path, ONE_RANK, "engine=hf", "trainer.total_steps=1",
                             "monitor.every=1", "monitor.panel_size=6", "monitor.panel_samples=2",
                             "monitor.panel_bootstrap=20", "monitor.panel_permutations=20",
-                            "monitor.min_samples=4"))  # 6 x 2 = 12 samples: under the default
+                            "monitor.min_samples=4",  # 6 x 2 = 12 samples: under the default
+                            # both panels (auto, the default, leaves the first-turn one off here)
+                            "monitor.first_turn_panel=always"))
     train(cfg, run)
     assert "collapse alert and diagnosis read the later turns MI" in (run / "train.log").read_text()
     r = rows(run)
     for step in (0, 1):
         assert r[step]["collapse/panel/turns/turn"] == 2.0  # 2 scripted turns, then the policy's
-        assert "collapse/panel/n_prompts" in r[step]  # the first-turn panel is kept as it was
+        assert "collapse/panel/n_prompts" in r[step]  # the first-turn panel, asked for, is kept
         assert r[step]["timing/panel_turns_s"] > 0
         p, n = "collapse/panel/turns/", r[step]["collapse/panel/turns/n_prompts"]
         if n >= 2 and r[step][p + "n_samples"] >= 4:  # monitor.min_samples
