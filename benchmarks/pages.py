@@ -38,7 +38,7 @@ from results_pages import BLOCKS  # noqa: E402  (benchmarks/results_pages/)
 PAGES = ("README.md", "docs/results/benchmarks.md", "docs/results/robustness.md",
          "docs/results/collapse-study.md", "docs/results/real-models.md", "docs/how-to/async.md",
          "docs/development.md", "docs/results/step-account.md", "docs/how-to/gpu-checklist.md",
-         "docs/getting-started.md",
+         "docs/getting-started.md", "docs/reference/env-protocol.md",
          "benchmarks/collapse_study/README.md")
 #: the pages where no result may be typed outside a generated block (the changelog is history:
 #: it tells how the defaults came about, in the figures of its day)

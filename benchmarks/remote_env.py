@@ -258,6 +258,7 @@ def job(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []
     doc = {"benchmark": "remote_env", "mode": "job", "machine": common.machine(),
+           "commit": common.git_commit(ROOT),
            "settings": {"overrides": overrides, "rounds": args.rounds,
                         "order": arm_order(args.rounds)}, "goal": GOAL}
     for i, arm in enumerate(arm_order(args.rounds)):

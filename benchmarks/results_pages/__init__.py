@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import (account, collapse, countdown, multiturn, real_models, robustness, smollm2, speed,
-               tiers, trl_smollm2)
+from . import (account, collapse, countdown, multiturn, real_models, remote_env, robustness,
+               smollm2, speed, tiers, trl_smollm2)
 from .data import table
 
 
@@ -66,4 +66,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "step-account-update": account.step_account_update,
     "update-ab": account.update_ab,
     "make-train-ab": account.make_train_ab,
+    # docs/reference/env-protocol.md
+    "remote-env-job": remote_env.remote_env_job,
+    "remote-env-latency": remote_env.remote_env_latency,
 }
