@@ -327,7 +327,9 @@ def test_the_served_env_job_block_reads_its_runs(tmp_path):
     def run(arm, rnd, wall, step, env_s, per):
         return {"arm": arm, "round": rnd, "returncode": 0, "wall_s": wall, "foreign_cores": 0.01,
                 "requests_per_step_request": per, "before": 0.1, "after": 0.4, "gain": 0.3,
-                "steps": {"step_s": step, "env_s": env_s}}
+                "server_cpu_s": 12.5 if arm == "remote" else 0.0,
+                "steps": {"step_s": step, "env_s": env_s, "generate_s": 4.0,
+                          "warm_start_s": 120.0}}
 
     runs = [run("local", 0, 1000.0, 10.0, 0.02, None), run("remote", 0, 1100.0, 11.0, 0.5, 1.0),
             run("remote", 1, 1122.0, 11.2, 0.6, 1.0), run("local", 1, 1020.0, 10.4, 0.03, None)]
@@ -338,9 +340,9 @@ def test_the_served_env_job_block_reads_its_runs(tmp_path):
     path = tmp_path / "remote_env.json"
     path.write_text(json.dumps(doc))
     text = BLOCKS["remote-env-job"](str(path))
-    assert ("| 1 | remote | exit 0 | 1,100.00 s | 11.00 s | 0.500 s | 1.00 | 0.100 -> 0.400 | "
-            "0.01 |") in text
-    assert "| 1 | local | exit 0 | 1,000.00 s | 10.00 s | 0.020 s | — |" in text
+    assert ("| 1 | remote | exit 0 | 1,100.00 s | 11.00 s | 0.500 s | 4.00 s | 120.00 s | 1.00 | "
+            "12.50 s | 0.100 -> 0.400 | 0.01 |") in text
+    assert "| 1 | local | exit 0 | 1,000.00 s | 10.00 s | 0.020 s | 4.00 s | 120.00 s | — | — |" in text
     prose = " ".join(text.split())
     assert "in the order local remote remote local" in prose
     assert ("remote / local of the median wall times **1.100** (per round 1.100, 1.100; the goal "

@@ -42,9 +42,13 @@ def remote_env_job(path: str = DOC) -> str:
         rows.append([f"{r['round'] + 1}", r["arm"],
                      "exit 0" if r["returncode"] == 0 else f"**exit {r['returncode']}**",
                      _secs(r["wall_s"]), _secs(st.get("step_s")), _secs(st.get("env_s")),
-                     "—" if per is None else f"{per:.2f}", held, f"{r['foreign_cores']:.2f}"])
-    head = ["round", "env", "", "wall", "median RL step", "env per step",
-            "requests per step request", "held-out success", "other load (cores)"]
+                     _secs(st.get("generate_s")), _secs(st.get("warm_start_s")),
+                     "—" if per is None else f"{per:.2f}",
+                     "—" if r["arm"] == "local" else _secs(r.get("server_cpu_s")), held,
+                     f"{r['foreign_cores']:.2f}"])
+    head = ["round", "env", "", "wall", "median RL step", "env per step", "generation per step",
+            "warm start", "requests per step request", "server CPU", "held-out success",
+            "other load (cores)"]
     ratio, step, over = s.get("wall_ratio"), s.get("step_ratio"), s.get("step_overhead_s")
     said = ("not measured yet (an arm has no finished run)" if ratio is None else
             f"**{ratio:.3f}** (per round {', '.join(_ratio(x) for x in s['pair_wall_ratios'])}; "
