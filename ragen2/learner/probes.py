@@ -3,6 +3,7 @@ monitor's cross-scoring and the weight-sync probe's logprobs. All collective ove
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
@@ -16,7 +17,7 @@ from ragen2.algos.objective import (LossInputs, assign_credit, entropy_term, kl_
                                     policy_term, snr_gate)
 from ragen2.batch import TrainingBatch
 from ragen2.learner.forward import forward, holding, micro_batches, prefix_plan, tensors
-from ragen2.learner.fsdp import full_tensor
+from ragen2.learner.fsdp import full_tensor, gathered
 from ragen2.learner.rank_state import RankState
 
 if TYPE_CHECKING:
@@ -119,7 +120,12 @@ def score(rank: RankState, contexts: list[list[int]], continuations: list[list[i
               for i in range(per_rank)]
     mine = items[rank.rank::world]
     out: list[tuple[int, int, float, int]] = []
-    with torch.no_grad():
+    # on the CPU the parameters stay gathered for the whole call: one all-gather instead of one
+    # per block and forward (dozens of small forwards, each rank waiting on the other's at every
+    # block); the same bf16/fp32 weights, so the same scores. On a GPU the scorer's memory
+    # budget assumes sharded parameters, so FSDP gathers per block there.
+    keep = gathered(rank.model) if rank.device.type == "cpu" else nullcontext()
+    with torch.no_grad(), keep:
         for i in range(per_rank):
             j, where = dealt[rank.rank][i]
             lp, n = score_continuations(rank.model, contexts[j],
