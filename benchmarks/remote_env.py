@@ -73,7 +73,11 @@ ENV_ID = "ragen2/FrozenLake-v0"
 LOCAL, REMOTE = "local", "remote"
 #: per-step metrics whose medians over the RL steps each run reports
 STEP_KEYS = ("timing/step_s", "timing/rollout_s", "timing/generate_s", "timing/env_s",
-             "rollout/num_turns_mean")
+             "timing/update_s", "rollout/num_turns_mean")
+#: the job's parts outside the steps' medians, summed over the run: the warm start, the
+#: evaluations, the monitor's measurements and the probe panels
+SUMMED_KEYS = ("timing/warm_start_s", "timing/eval_s", "timing/monitor_s", "timing/panel_s",
+               "timing/panel_turns_s")
 #: the issue's goal for the whole job's wall time, remote over local
 GOAL = {"wall_ratio": "<= 1.15"}
 #: the requests of a turn: its step, and the instruments a server may be asked for separately
@@ -101,14 +105,14 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def step_medians(rows: Sequence[dict[str, Any]]) -> dict[str, float | int]:
     """Medians of :data:`STEP_KEYS` over the RL steps (the rows with ``timing/step_s``), their
-    count as ``steps``, and ``warm_start_s`` / ``eval_s`` (summed) where the rows have them."""
+    count as ``steps``, and the sums of :data:`SUMMED_KEYS` where the rows have them."""
     steps = [r for r in rows if "timing/step_s" in r]
     out: dict[str, float | int] = {"steps": len(steps)}
     for key in STEP_KEYS:
         xs = [float(r[key]) for r in steps if key in r]
         if xs:
             out[key.split("/", 1)[1]] = statistics.median(xs)
-    for key in ("timing/warm_start_s", "timing/eval_s"):
+    for key in SUMMED_KEYS:
         xs = [float(r[key]) for r in rows if key in r]
         if xs:
             out[key.split("/", 1)[1]] = sum(xs)

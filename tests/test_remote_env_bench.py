@@ -27,13 +27,13 @@ def test_step_medians_read_the_rl_steps_of_a_metrics_file(bench, tmp_path):
             *({"step": i, "timing/step_s": s, "timing/env_s": 0.1 * i,
                "timing/rollout_s": 4.0, "timing/generate_s": 3.5,
                "rollout/num_turns_mean": 5.0} for i, s in enumerate([15.0, 14.0, 30.0], 1)),
-            {"step": 3, "timing/eval_s": 9.0}]
+            {"step": 3, "timing/eval_s": 9.0, "timing/monitor_s": 2.5}]
     (tmp_path / "metrics.jsonl").write_text(
         "\n".join(json.dumps(r) for r in rows) + '\n{"step": 4, "timing/st')  # a torn last line
     m = bench.step_medians(bench.read_rows(tmp_path))
     assert m == {"steps": 3, "step_s": 15.0, "rollout_s": 4.0, "generate_s": 3.5,
                  "env_s": pytest.approx(0.2), "num_turns_mean": 5.0,
-                 "warm_start_s": 200.0, "eval_s": 17.0}
+                 "warm_start_s": 200.0, "eval_s": 17.0, "monitor_s": 2.5}
     assert bench.read_rows(tmp_path / "missing") == []
 
 

@@ -71,7 +71,7 @@ def shard_model(model: nn.Module, *, shard: bool = True, mixed_precision: str | 
 
 
 @contextmanager
-def gathered(model: nn.Module) -> Iterator[None]:
+def gathered(model: nn.Module, now: bool = False) -> Iterator[None]:
     """Keep an FSDP2 model's parameters gathered from here to the end of the block (a forward and
     its backward), then shard them again; a module without FSDP: nothing to do.
 
@@ -80,6 +80,9 @@ def gathered(model: nn.Module) -> Iterator[None]:
     cache (:mod:`ragen2.learner.prefix`) -- would find them freed. Every rank must enter it for
     the same micro-batches. Costs the full parameters' memory for the block, saves the backward's
     all-gathers.
+
+    ``now``: gather them on entry (collective) rather than in the first forward, so that the
+    ranks may then run different numbers of forwards, none of them collective (the scorer's).
     """
     from torch.distributed.fsdp import FSDPModule
 
@@ -88,6 +91,9 @@ def gathered(model: nn.Module) -> Iterator[None]:
         m.set_reshard_after_forward(False, recurse=False)
         m.set_reshard_after_backward(False, recurse=False)
     try:
+        if now:
+            for m in mods:
+                m.unshard()
         yield
     finally:
         for m in mods:  # FSDP2's defaults: the root keeps its parameters after forward

@@ -16,7 +16,7 @@ from ragen2.algos.objective import (LossInputs, assign_credit, entropy_term, kl_
                                     policy_term, snr_gate)
 from ragen2.batch import TrainingBatch
 from ragen2.learner.forward import forward, holding, micro_batches, prefix_plan, tensors
-from ragen2.learner.fsdp import full_tensor
+from ragen2.learner.fsdp import full_tensor, gathered
 from ragen2.learner.rank_state import RankState
 
 if TYPE_CHECKING:
@@ -86,16 +86,21 @@ def score(rank: RankState, contexts: list[list[int]], continuations: list[list[i
           columns: np.ndarray, chunk: int = 64) -> list[tuple[int, int, float, int]]:
     """log p(continuations[s] | contexts[columns[s, k]]) for this rank's share (collective).
 
-    Work items (one context, up to ``chunk`` of its continuations) are dealt round-robin to
-    the ranks; every rank runs the same number of items (dummy ones are discarded) and, item by
-    item, the same number of forwards (each rank knows every rank's items, so it pads its own to
-    the largest :func:`forward_count` of the round), since FSDP's forward is collective: an item
-    split into more row slices on one rank than on the other would otherwise hang both.
-    Returns (s, k, summed logprob, tokens) for this rank's items. Each item is scored in slices
-    of :func:`score_budget` padded tokens (:func:`score_continuations`): on a GPU with
-    ``monitor.score_tokens`` null, as many of its rows at once as fit in the free memory.
+    Work items (one context, up to ``chunk`` of its continuations) are dealt round-robin to the
+    ranks. Returns (s, k, summed logprob, tokens) for this rank's items.
+
+    On the CPU the parameters are gathered once for the whole call (:func:`gathered` with
+    ``now``): no forward is then collective, and each rank scores its items in batches, several
+    contexts and their continuations to a forward (:func:`score_batched`, ``monitor.score_tokens``
+    or 2048 padded tokens a forward). Elsewhere the scorer's memory budget assumes sharded
+    parameters, so FSDP's forwards stay collective: every rank runs the same number of items
+    (dummy ones are discarded) and, item by item, the same number of forwards (each rank knows
+    every rank's items, so it pads its own to the largest :func:`forward_count` of the round),
+    each item scored alone (:func:`score_continuations`) in slices of :func:`score_budget` padded
+    tokens: with ``monitor.score_tokens`` null, as many of its rows at once as fit in the free
+    memory.
     """
-    from ragen2.learner.scoring import forward_count, score_continuations
+    from ragen2.learner.scoring import forward_count, score_batched, score_continuations
 
     columns = np.asarray(columns)
     items = []
@@ -104,32 +109,39 @@ def score(rank: RankState, contexts: list[list[int]], continuations: list[list[i
         for i in range(0, len(where), chunk):
             items.append((j, where[i:i + chunk]))
     world = rank.world_size
+    mine = items[rank.rank::world]
     memory = score_memory(rank)  # collective on a GPU: the room every rank slices to
+    temperature, device = rank.settings.temperature, rank.device
 
     def budget(item: tuple[int, np.ndarray]) -> int:  # the same on every rank
         j, where = item
         lengths = [len(continuations[s]) for s, _ in where]
         return score_budget(rank, len(contexts[j]), max(lengths, default=0), len(lengths), memory)
 
-    per_rank = -(-len(items) // world)
-    dummy = (0, np.array([[0, 0]]))
-    dealt = [items[r::world] + [dummy] * (per_rank - len(items[r::world])) for r in range(world)]
-    rounds = [max(forward_count([len(continuations[s]) for s, _ in dealt[r][i][1]],
-                                budget(dealt[r][i])) for r in range(world))
-              for i in range(per_rank)]
-    mine = items[rank.rank::world]
-    out: list[tuple[int, int, float, int]] = []
+    def conts(where: np.ndarray) -> list[list[int]]:
+        return [continuations[s] for s, _ in where]
+
     with torch.no_grad():
-        for i in range(per_rank):
-            j, where = dealt[rank.rank][i]
-            lp, n = score_continuations(rank.model, contexts[j],
-                                        [continuations[s] for s, _ in where],
-                                        temperature=rank.settings.temperature, device=rank.device,
-                                        token_budget=budget((j, where)), forwards=rounds[i])
-            if i < len(mine):
-                out.extend((int(s), int(k), float(v), int(c))
-                           for (s, k), v, c in zip(where, lp.tolist(), n.tolist()))
-    return out
+        if device.type == "cpu":
+            with gathered(rank.model, now=True):
+                scored = score_batched(rank.model, [(contexts[j], conts(w)) for j, w in mine],
+                                       token_budget=score_budget(rank, 0, 0, 0, memory),
+                                       temperature=temperature, device=device)
+        else:
+            per_rank = -(-len(items) // world)
+            dummy = (0, np.array([[0, 0]]))
+            dealt = [items[r::world] + [dummy] * (per_rank - len(items[r::world]))
+                     for r in range(world)]
+            scored = []
+            for i in range(per_rank):
+                rounds = max(forward_count([len(continuations[s]) for s, _ in dealt[r][i][1]],
+                                           budget(dealt[r][i])) for r in range(world))
+                j, where = dealt[rank.rank][i]
+                scored.append(score_continuations(
+                    rank.model, contexts[j], conts(where), temperature=temperature,
+                    device=device, token_budget=budget((j, where)), forwards=rounds))
+    return [(int(s), int(k), float(v), int(c)) for (_, where), (lp, n) in zip(mine, scored)
+            for (s, k), v, c in zip(where, lp.tolist(), n.tolist())]
 
 
 def assemble_scores(shape: tuple[int, ...], parts: Iterable[Iterable[tuple[int, int, float, int]]]

@@ -16,6 +16,11 @@ import torch
 from ragen2.algos import logprobs_from_logits
 from ragen2.config import SCORE_TOKENS_CPU
 
+#: continuation rows of one forward of :func:`score_batched` at most: each holds its own copy of
+#: its context's KV cache (:func:`score_continuations` holds one a row of an item, at most the
+#: monitor's 64 continuations a context)
+SLICE_ROWS = 64
+
 #: share of the device's memory the free-memory budget leaves untouched (the forward's smaller
 #: transients, the allocator's fragmentation, what the estimate does not count)
 SCORE_MARGIN = 0.10
@@ -168,5 +173,122 @@ def _score_slice(model: torch.nn.Module, cache, ctx_len: int, part: Sequence[Seq
                        use_cache=False).logits
         # continuation position t >= 1 is predicted by position t - 1
         lp = logprobs_from_logits(logits, ids[:, 1:], temperature) * mask[:, 1:]
+        total = total + lp.sum(1)
+    return total.float().cpu()
+
+
+def score_batched(model: torch.nn.Module,
+                  items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]], *,
+                  token_budget: int, temperature: float = 1.0,
+                  device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`score_continuations` for many items (context, continuations) at once: the contexts
+    run several to a forward, the continuations of several contexts share a forward.
+
+    Contexts are packed, shortest first, into forwards of at most ``token_budget`` padded tokens
+    (at least one context), padded on the right: under causal attention a real token never sees
+    the padding after it, so no mask is needed there. Each context's last real position scores
+    its continuations' first tokens. The continuations of a packed batch, in item order, then go
+    in row slices of at most ``token_budget`` padded tokens and :data:`SLICE_ROWS` rows, each on
+    its rows' copies of their
+    contexts' KV caches (``Cache.batch_select_indices``), with the context's padding masked and
+    the positions continuing from its real length. The forwards are not collective-safe: every
+    rank must hold the FSDP parameters gathered (:func:`ragen2.learner.fsdp.gathered`), since
+    ranks run different numbers of them.
+
+    Args:
+        items: I pairs of a context (Lp_i >= 1 ids) and B_i continuations (lists of ids, possibly
+            empty: they score 0).
+        token_budget: padded tokens per forward, contexts and continuation slices alike (>= 1).
+    Returns:
+        per item, logp_sum (B_i,) float32 and num_tokens (B_i,) long: equal, to float error, to
+        :func:`score_continuations` on the item alone.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget={token_budget}; allowed: >= 1")
+    if any(len(ctx) == 0 for ctx, _ in items):
+        raise ValueError("score_batched needs a non-empty context in every item")
+    out: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(items)
+    order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
+    for batch in _packs(order, lambda i: len(items[i][0]), token_budget):
+        for i, res in zip(batch, _score_pack(model, [items[i] for i in batch], token_budget,
+                                             temperature, device)):
+            out[i] = res
+    return out  # type: ignore[return-value]
+
+
+def _packs(order: Sequence[int], size, budget: int, most: int = 0) -> list[list[int]]:
+    """``order`` cut into consecutive runs whose count x largest ``size`` stays within ``budget``
+    and whose count within ``most`` (0: any), at least one each. Example: sizes 3, 3, 4, 9,
+    budget 10 -> [[a, b], [c], [d]] (a third row would make 3 x 4 = 12 > 10)."""
+    packs: list[list[int]] = []
+    cur: list[int] = []
+    widest = 0
+    for i in order:
+        w = max(widest, max(1, size(i)))
+        if cur and ((len(cur) + 1) * w > budget or len(cur) == most):
+            packs.append(cur)
+            cur, w = [], max(1, size(i))
+        cur.append(i)
+        widest = w
+    if cur:
+        packs.append(cur)
+    return packs
+
+
+def _score_pack(model: torch.nn.Module,
+                items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]], token_budget: int,
+                temperature: float,
+                device: torch.device | str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`score_batched` for one pack of contexts (one forward of them)."""
+    ctx_len = torch.tensor([len(c) for c, _ in items], dtype=torch.long)
+    width_ctx = int(ctx_len.max())
+    ctx = torch.zeros(len(items), width_ctx, dtype=torch.long)
+    for b, (c, _) in enumerate(items):
+        ctx[b, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+    out = model(input_ids=ctx.to(device), use_cache=True)
+    # each context's last real position predicts its continuations' first tokens: (I, V)
+    last = (torch.arange(len(items)).to(device), (ctx_len - 1).to(device))
+    first = logprobs_all(out.logits[last], temperature)
+    cache = out.past_key_values
+    del out
+    rows = [(b, c) for b, (_, conts) in enumerate(items) for c in conts]
+    lengths = torch.tensor([len(c) for _, c in rows], dtype=torch.long)
+    owner = torch.tensor([b for b, _ in rows], dtype=torch.long)
+    ctx_mask = torch.arange(width_ctx)[None] < ctx_len[:, None]  # (I, Lmax)
+    totals = []
+    for part in _packs(range(len(rows)), lambda r: len(rows[r][1]), token_budget, SLICE_ROWS):
+        s, e = part[0], part[-1] + 1
+        totals.append(_score_rows(model, cache, [rows[r][1] for r in part], lengths[s:e],
+                                  owner[s:e], first, ctx_len, ctx_mask, temperature, device))
+    total = torch.cat(totals) if totals else torch.zeros(0)
+    res, at = [], 0
+    for _, conts in items:
+        res.append((total[at:at + len(conts)], lengths[at:at + len(conts)]))
+        at += len(conts)
+    return res
+
+
+def _score_rows(model: torch.nn.Module, cache, part: Sequence[Sequence[int]],
+                lengths: torch.Tensor, owner: torch.Tensor, first: torch.Tensor,
+                ctx_len: torch.Tensor, ctx_mask: torch.Tensor, temperature: float,
+                device: torch.device | str) -> torch.Tensor:
+    """Summed logprobs (r,) of one slice of continuations, row k on a copy of context
+    ``owner[k]``'s cache."""
+    r, width = len(part), max(1, int(lengths.max()))
+    ids = torch.zeros(r, width, dtype=torch.long)
+    for i, c in enumerate(part):
+        ids[i, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+    mask = torch.arange(width)[None] < lengths[:, None]
+    ids, mask_d, owner_d = ids.to(device), mask.to(device), owner.to(device)
+    total = first[owner_d, ids[:, 0]] * mask_d[:, 0]
+    if width > 1:
+        rows_cache = copy.deepcopy(cache)
+        rows_cache.batch_select_indices(owner_d)  # (r, ...): row k's context
+        attn = torch.cat([ctx_mask[owner], mask[:, :-1]], dim=1).long().to(device)
+        pos = (ctx_len[owner][:, None] + torch.arange(width - 1)[None]).to(device)
+        logits = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos,
+                       past_key_values=rows_cache, use_cache=False).logits
+        # continuation position t >= 1 is predicted by position t - 1
+        lp = logprobs_from_logits(logits, ids[:, 1:], temperature) * mask_d[:, 1:]
         total = total + lp.sum(1)
     return total.float().cpu()

@@ -175,3 +175,59 @@ def test_assemble_scores_places_each_entry_and_refuses_a_gap():
     assert tokens.tolist() == [[3, 4], [2, 1]]
     with pytest.raises(RuntimeError, match="unscored"):
         assemble_scores((2, 2), [[(0, 0, -1.5, 3), (1, 1, -0.25, 1)]])
+
+
+ITEMS = [(CONTEXT, CONTS), (list(range(60, 67)), [[1, 2, 3, 4], [5], []]), ([11], [[12, 13]]),
+         (list(range(20, 48)), []), (list(range(30, 41)), [list(range(70, 79)), [9, 9]])]
+
+
+@pytest.mark.parametrize("budget", [1, 9, 30, 64, 10_000])
+def test_batched_items_score_what_one_sequence_at_a_time_scores(llama, budget, monkeypatch):
+    """Contexts of different lengths packed several to a forward (padded on the right), their
+    continuations sharing forwards on copies of their own contexts' caches: every score is the
+    full sequence's, and every forward's padded tokens stay within the budget (one row at
+    least)."""
+    import ragen2.learner.scoring as scoring
+
+    shapes = []
+    real = llama.forward
+
+    def recording(*args, input_ids=None, **kwargs):
+        shapes.append(tuple(input_ids.shape))
+        return real(*args, input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(llama, "forward", recording)
+    with torch.no_grad():
+        out = scoring.score_batched(llama, ITEMS, token_budget=budget, temperature=0.7)
+    monkeypatch.undo()  # the reference's forwards are not the scorer's
+    assert len(out) == len(ITEMS)
+    for (ctx, conts), (lp, n) in zip(ITEMS, out):
+        assert n.tolist() == [len(c) for c in conts] and lp.dtype == torch.float32
+        for got, cont in zip(lp.tolist(), conts):
+            assert got == pytest.approx(_reference(llama, ctx, cont, 0.7), abs=1e-4)
+    longest = max(len(c) for c, _ in ITEMS)
+    assert all(b * t <= max(budget, longest) for b, t in shapes), shapes
+    if budget == 10_000:  # one forward of the five contexts, one of all 12 continuations
+        assert shapes == [(5, longest), (12, 10)]
+
+
+def test_batched_scores_refuse_what_they_cannot_score(llama):
+    import ragen2.learner.scoring as scoring
+
+    with pytest.raises(ValueError, match="token_budget=0"):
+        scoring.score_batched(llama, ITEMS, token_budget=0)
+    with pytest.raises(ValueError, match="non-empty context"):
+        scoring.score_batched(llama, [([], [[1]])], token_budget=8)
+    assert scoring.score_batched(llama, [], token_budget=8) == []
+
+
+def test_packs_by_hand():
+    from ragen2.learner.scoring import _packs
+
+    sizes = {0: 3, 1: 3, 2: 4, 3: 9}
+    assert _packs([0, 1, 2, 3], sizes.get, 10) == [[0, 1], [2], [3]]
+    assert _packs([0, 1, 2, 3], sizes.get, 12) == [[0, 1, 2], [3]]
+    assert _packs([3, 0], sizes.get, 5) == [[3], [0]]  # wider than the budget: alone
+    assert _packs([0, 1], lambda i: 0, 1) == [[0], [1]]  # an empty row counts one token
+    assert _packs([], sizes.get, 10) == []
+    assert _packs([0, 1, 2], sizes.get, 100, most=2) == [[0, 1], [2]]
