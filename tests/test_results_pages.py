@@ -356,3 +356,19 @@ def test_the_served_env_job_block_reads_its_runs(tmp_path):
     # before the timing: the page says so instead of failing
     assert BLOCKS["remote-env-job"](str(tmp_path / "none.json")).startswith("**Not measured yet**")
     assert BLOCKS["remote-env-latency"](str(path)).startswith("**Not measured yet**")
+
+
+def test_the_served_env_latency_block_reads_its_arms(tmp_path):
+    """remote-env-latency: microseconds per reset and turn per arm, the turn's ratio to
+    in-process (460 / 13.4 = 34.3)."""
+    doc = {"latency": {"machine": {"cpu": "AMD EPYC", "cpus": 2}, "settings": {"turns": 2000},
+                       "results": {"local": {"reset_us": 50.8, "turn_us": 13.4},
+                                   "remote_ground_with_step": {"reset_us": 632.0,
+                                                               "turn_us": 460.0}},
+                       "ratios": {"remote_ground_with_step": 460.0 / 13.4}}}
+    path = tmp_path / "remote_env.json"
+    path.write_text(json.dumps(doc))
+    text = BLOCKS["remote-env-latency"](str(path))
+    assert "| in-process | 51 µs | 13 µs | 1 |" in text
+    assert "| HTTP, verdict with the step (one request a turn) | 632 µs | 460 µs | 34.3 |" in text
+    assert "2,000 turns an arm on AMD EPYC" in text
