@@ -188,12 +188,11 @@ def score_batched(model: torch.nn.Module,
     (at least one context), padded on the right: under causal attention a real token never sees
     the padding after it, so no mask is needed there. Each context's last real position scores
     its continuations' first tokens. The continuations of a packed batch, in item order, then go
-    in row slices of at most ``token_budget`` padded tokens and :data:`SLICE_ROWS` rows, each on
-    its rows' copies of their
-    contexts' KV caches (``Cache.batch_select_indices``), with the context's padding masked and
-    the positions continuing from its real length. The forwards are not collective-safe: every
-    rank must hold the FSDP parameters gathered (:func:`ragen2.learner.fsdp.gathered`), since
-    ranks run different numbers of them.
+    in row slices of at most ``token_budget`` padded tokens and :data:`SLICE_ROWS` rows, each row
+    on a copy of its context's KV cache (``Cache.batch_select_indices``), with the context's
+    padding masked and the positions continuing from its real length. The forwards are not
+    collective-safe: every rank must hold the FSDP parameters gathered
+    (:func:`ragen2.learner.fsdp.gathered`), since ranks run different numbers of them.
 
     Args:
         items: I pairs of a context (Lp_i >= 1 ids) and B_i continuations (lists of ids, possibly
