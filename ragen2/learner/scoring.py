@@ -130,12 +130,13 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
     cache = out.past_key_values
     del out
     sums = []
+    ctx_len = torch.tensor([ctx.shape[1]])
+    ctx_mask = torch.ones(1, ctx.shape[1], dtype=torch.bool)
     for start in range(0, b, rows):
         part = continuations[start:start + rows]
-        n = lengths[start:start + rows]
-        last = start + rows >= b
-        sums.append(_score_slice(model, cache if last else copy.deepcopy(cache), ctx.shape[1],
-                                 part, n, first, temperature, device))
+        sums.append(_score_rows(model, cache, part, torch.zeros(len(part), dtype=torch.long),
+                                first[None], ctx_len, ctx_mask, temperature, device,
+                                keep_cache=start + rows < b))
     _pad_forwards(model, context, forwards - planned, device)
     return torch.cat(sums), lengths
 
@@ -153,28 +154,6 @@ def logprobs_all(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log_softmax(logits / T) over the last axis, in fp32."""
     z = logits.float()
     return torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
-
-
-def _score_slice(model: torch.nn.Module, cache, ctx_len: int, part: Sequence[Sequence[int]],
-                 lengths: torch.Tensor, first: torch.Tensor, temperature: float,
-                 device: torch.device | str) -> torch.Tensor:
-    """Summed logprobs (r,) of one slice of continuations on its copy of the context cache."""
-    r, width = len(part), max(1, int(lengths.max()))
-    ids = torch.zeros(r, width, dtype=torch.long)
-    for i, c in enumerate(part):
-        ids[i, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
-    ids = ids.to(device)
-    mask = (torch.arange(width)[None] < lengths[:, None]).to(device)
-    cache.batch_repeat_interleave(r)
-    attn = torch.cat([torch.ones(r, ctx_len, dtype=torch.long, device=device), mask.long()], dim=1)
-    total = first[ids[:, 0]] * mask[:, 0]
-    if width > 1:
-        logits = model(input_ids=ids[:, :-1], attention_mask=attn[:, :-1], past_key_values=cache,
-                       use_cache=False).logits
-        # continuation position t >= 1 is predicted by position t - 1
-        lp = logprobs_from_logits(logits, ids[:, 1:], temperature) * mask[:, 1:]
-        total = total + lp.sum(1)
-    return total.float().cpu()
 
 
 def score_batched(model: torch.nn.Module,
@@ -234,16 +213,22 @@ def _packs(order: Sequence[int], size, budget: int, most: int = 0) -> list[list[
     return packs
 
 
+def _right_padded(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, width) long ids, each sequence padded with 0 on the right (width >= 1), and the (n,)
+    lengths."""
+    lengths = torch.tensor([len(x) for x in seqs], dtype=torch.long)
+    ids = torch.zeros(len(seqs), max([1, *lengths.tolist()]), dtype=torch.long)
+    for i, x in enumerate(seqs):
+        ids[i, :len(x)] = torch.as_tensor(list(x), dtype=torch.long)
+    return ids, lengths
+
+
 def _score_pack(model: torch.nn.Module,
                 items: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]], token_budget: int,
                 temperature: float,
                 device: torch.device | str) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """:func:`score_batched` for one pack of contexts (one forward of them)."""
-    ctx_len = torch.tensor([len(c) for c, _ in items], dtype=torch.long)
-    width_ctx = int(ctx_len.max())
-    ctx = torch.zeros(len(items), width_ctx, dtype=torch.long)
-    for b, (c, _) in enumerate(items):
-        ctx[b, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+    ctx, ctx_len = _right_padded([c for c, _ in items])
     out = model(input_ids=ctx.to(device), use_cache=True)
     # each context's last real position predicts its continuations' first tokens: (I, V)
     last = (torch.arange(len(items)).to(device), (ctx_len - 1).to(device))
@@ -253,12 +238,12 @@ def _score_pack(model: torch.nn.Module,
     rows = [(b, c) for b, (_, conts) in enumerate(items) for c in conts]
     lengths = torch.tensor([len(c) for _, c in rows], dtype=torch.long)
     owner = torch.tensor([b for b, _ in rows], dtype=torch.long)
-    ctx_mask = torch.arange(width_ctx)[None] < ctx_len[:, None]  # (I, Lmax)
+    ctx_mask = torch.arange(ctx.shape[1])[None] < ctx_len[:, None]  # (I, Lmax)
     totals = []
     for part in _packs(range(len(rows)), lambda r: len(rows[r][1]), token_budget, SLICE_ROWS):
         s, e = part[0], part[-1] + 1
-        totals.append(_score_rows(model, cache, [rows[r][1] for r in part], lengths[s:e],
-                                  owner[s:e], first, ctx_len, ctx_mask, temperature, device))
+        totals.append(_score_rows(model, cache, [rows[r][1] for r in part], owner[s:e], first,
+                                  ctx_len, ctx_mask, temperature, device))
     total = torch.cat(totals) if totals else torch.zeros(0)
     res, at = [], 0
     for _, conts in items:
@@ -268,20 +253,20 @@ def _score_pack(model: torch.nn.Module,
 
 
 def _score_rows(model: torch.nn.Module, cache, part: Sequence[Sequence[int]],
-                lengths: torch.Tensor, owner: torch.Tensor, first: torch.Tensor,
-                ctx_len: torch.Tensor, ctx_mask: torch.Tensor, temperature: float,
-                device: torch.device | str) -> torch.Tensor:
-    """Summed logprobs (r,) of one slice of continuations, row k on a copy of context
-    ``owner[k]``'s cache."""
-    r, width = len(part), max(1, int(lengths.max()))
-    ids = torch.zeros(r, width, dtype=torch.long)
-    for i, c in enumerate(part):
-        ids[i, :len(c)] = torch.as_tensor(list(c), dtype=torch.long)
+                owner: torch.Tensor, first: torch.Tensor, ctx_len: torch.Tensor,
+                ctx_mask: torch.Tensor, temperature: float, device: torch.device | str,
+                keep_cache: bool = True) -> torch.Tensor:
+    """Summed logprobs (r,) of one slice of continuations, row k under context ``owner[k]``:
+    ``first`` (I, V) its first token's log-probs, ``cache`` the I contexts' KV cache (each row
+    gets a copy of its context's; ``keep_cache=False``: the last slice may use up ``cache``
+    itself), ``ctx_len`` (I,) and ``ctx_mask`` (I, Lmax) their real lengths and positions."""
+    ids, lengths = _right_padded(part)
+    width = ids.shape[1]
     mask = torch.arange(width)[None] < lengths[:, None]
     ids, mask_d, owner_d = ids.to(device), mask.to(device), owner.to(device)
     total = first[owner_d, ids[:, 0]] * mask_d[:, 0]
     if width > 1:
-        rows_cache = copy.deepcopy(cache)
+        rows_cache = copy.deepcopy(cache) if keep_cache else cache
         rows_cache.batch_select_indices(owner_d)  # (r, ...): row k's context
         attn = torch.cat([ctx_mask[owner], mask[:, :-1]], dim=1).long().to(device)
         pos = (ctx_len[owner][:, None] + torch.arange(width - 1)[None]).to(device)
