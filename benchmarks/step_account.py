@@ -51,8 +51,8 @@ Usage::
     python benchmarks/step_account.py --run outputs/2026-12-04/20-54-45   # read a finished run
     python benchmarks/step_account.py --quick --run DIR      # quick microbenchmarks
 
-Writes ``benchmarks/results/step_account[.quick].json`` (``common.py``'s layout) and prints the
-table. Run nothing else meanwhile: the job's time is the measurement.
+Writes ``benchmarks/results/step_account[.quick].json`` (``common.py``'s layout; ``--name``
+changes the file name) and prints the table. Run nothing else meanwhile: the job's time is the measurement.
 """
 
 from __future__ import annotations
@@ -1083,6 +1083,8 @@ def extra_args(ap: Any) -> None:
                     help="timed updates in the profile (default 3, --quick 1)")
     ap.add_argument("--from-step", type=int, default=FROM_STEP,
                     help=f"first step of the medians (default {FROM_STEP})")
+    ap.add_argument("--name", default="step_account",
+                    help="the result file's name (another commit's account beside the first)")
 
 
 def main() -> None:
@@ -1165,12 +1167,13 @@ def main() -> None:
         goal["update_over_floor"] = "<= 3"
     settings = {"overrides": overrides, "run_dir": os.path.relpath(run_dir, common.ROOT),
                 "source": "read" if read_only else "ran", "from_step": args.from_step,
+                "commit": None if read_only else common.git_commit(),
                 "fresh_cache": fresh is not None, "job_settings": s,
                 "model": {**asdict(shape), "params": shape.params,
                           "body_matmul_params": shape.body_matmul_params,
                           "head_params": shape.head_params}}
     results = {"ceilings": ceilings, "job_process": job, **account}
-    common.write_result("step_account", args, settings, results, ratios, better, goal)
+    common.write_result(args.name, args, settings, results, ratios, better, goal)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ def step_account_phases(path: str = DOC) -> str:
     r, m, s = d["results"], d["machine"], d["settings"]["job_settings"]
     used, peaks = r["steps_used"], r["peaks_used"]
     command = " ".join(d["settings"]["overrides"])
-    intro = (f"Measured on {m['cpu'] or 'an unnamed CPU'} ({m['cpus']} cores), "
+    commit = d["settings"].get("commit")
+    intro = (f"Measured on {m['cpu'] or 'an unnamed CPU'} ({m['cpus']} cores)"
+             + (f" at `{commit}`" if commit else "") + ", "
              f"`model.dtype={peaks['dtype']}`: matmul peak "
              f"{peaks['learner_flops_per_s'] / 1e9:,.0f} GFLOP/s over the "
              f"{s['world_size']} learner rank(s) at {s['learner_threads']} thread(s) each, "
@@ -153,6 +155,12 @@ def update_ab(path: str) -> str:
             f"{d['ratios']['b_over_a']:.3f} (per round {per_round}).")
 
 
+def _machine(d: dict) -> str:
+    """The machine a result was measured on, e.g. ``AMD EPYC (2 cores)``."""
+    m = d.get("machine") or {}
+    return f"{m.get('cpu') or 'an unnamed CPU'} ({m.get('cpus', '?')} cores)"
+
+
 def make_train_ab(path: str = "benchmarks/results/make_train_ab.json") -> str:
     """The whole default job on two commits back to back (``benchmarks/make_train_ab.py``): per
     run its side, commit, wall time, median RL step, warm start, held-out gain and the other load
@@ -177,7 +185,8 @@ def make_train_ab(path: str = "benchmarks/results/make_train_ab.json") -> str:
             f"the goal {d['goal']['wall_ratio']})")
     step = s.get("step_ratio")
     return table(head, rows) + (
-        f"\n\n`make train` on empty caches, {len(d['settings']['order'])} runs in the order "
+        f"\n\n`make train` on empty caches on {_machine(d)}, {len(d['settings']['order'])} runs "
+        f"in the order "
         f"{' '.join(d['settings']['order'])}" + (f" ({extra})" if extra else "") +
         f": B / A of the median wall times {said}"
         + ("" if step is None else f"; of the median RL step {step:.3f}") + ".")
