@@ -177,6 +177,22 @@ def bar_grid() -> set[str]:
     return {run_key(w, r) for w in BAR_SEEDS["warm"] for r in BAR_SEEDS["rl"]}
 
 
+def cpu_kinds(runs: dict[str, dict]) -> list[str]:
+    """The CPU kinds the runs ran on (each run's ``machine.cpu``)."""
+    return sorted({(r.get("machine") or {}).get("cpu") or "unrecorded" for r in runs.values()})
+
+
+def machine_caveat(label: str, doc: dict, against: str) -> list[str]:
+    """A line when the two labels' runs ran on different CPU kinds: the same code and seeds
+    learn differently there (their bf16 and fp32 kernels differ, and the job is chaotic), so
+    the comparison mixes the machine with the setting."""
+    mine, base = (cpu_kinds(doc["labels"][lb]["runs"]) for lb in (label, against))
+    if mine == base:
+        return []
+    return [f"CPU kinds differ ({label}: {', '.join(mine)}; {against}: {', '.join(base)}): "
+            "the comparison mixes the machine with the setting"]
+
+
 def check_bar(label: str, doc: dict, against: str) -> list[str]:
     """Lines stating whether ``label`` meets the bar against the baseline ``against``."""
     grid = bar_grid()
@@ -202,6 +218,7 @@ def check_bar(label: str, doc: dict, against: str) -> list[str]:
     ]
     if missing:
         lines.append(f"not run yet: {', '.join(missing)} -> NO")
+    lines += machine_caveat(label, doc, against)
     others = {k: r for k, r in every.items() if k not in grid}
     if others:
         lines.append("seeds outside the bar's grid: " + ", ".join(
@@ -232,7 +249,7 @@ def check_near(label: str, doc: dict, against: str) -> list[str]:
     for lb, runs in ((label, mine), (against, base)):
         if missing := sorted(grid - set(runs)):
             lines.append(f"{lb}: not run yet: {', '.join(missing)} -> NO")
-    return lines
+    return lines + machine_caveat(label, doc, against)
 
 
 def table(label: str, runs: dict[str, dict]) -> list[str]:

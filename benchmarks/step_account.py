@@ -1092,6 +1092,7 @@ def main() -> None:
     from ragen2.train import load_config, resolve_model_path
 
     read_only = args.run is not None
+    commit = None if read_only else common.git_commit()  # the code the job runs, read before it
     run_dir = Path(args.run if read_only else args.run_dir or DEFAULT_RUN_ROOT / time.strftime(
         "%Y-%m-%d_%H-%M-%S")).resolve()
     overrides = run_overrides(run_dir, args.set) if read_only else list(args.set)
@@ -1167,7 +1168,7 @@ def main() -> None:
         goal["update_over_floor"] = "<= 3"
     settings = {"overrides": overrides, "run_dir": os.path.relpath(run_dir, common.ROOT),
                 "source": "read" if read_only else "ran", "from_step": args.from_step,
-                "commit": None if read_only else common.git_commit(),
+                "commit": commit,
                 "fresh_cache": fresh is not None, "job_settings": s,
                 "model": {**asdict(shape), "params": shape.params,
                           "body_matmul_params": shape.body_matmul_params,

@@ -104,3 +104,20 @@ def test_a_retired_label_gets_no_new_runs_but_a_plain_run_measures_todays_defaul
     assert e.value.code == 2 and not out.exists()  # refused before anything ran or was written
     assert rb.CURRENT in rb.PRESETS and rb.PRESETS[rb.CURRENT]
     assert "model.dtype=auto" in rb.PRESETS[rb.CURRENT] and rb.CURRENT not in rb.RETIRED
+
+
+def test_labels_run_on_different_cpu_kinds_get_a_caveat_and_the_same_kind_none(rb):
+    same = doc(rb, BASE, BASE)
+    for label in ("new", "base"):
+        for r in same["labels"][label]["runs"].values():
+            r["machine"] = {"cpu": "AMD EPYC"}
+    assert rb.machine_caveat("new", same, "base") == []
+    assert not any("CPU kinds" in line for line in rb.check_near("new", same, "base"))
+    mixed = same
+    next(iter(mixed["labels"]["base"]["runs"].values()))["machine"] = {"cpu": "Intel Xeon"}
+    del next(iter(mixed["labels"]["new"]["runs"].values()))["machine"]
+    assert rb.cpu_kinds(mixed["labels"]["new"]["runs"]) == ["AMD EPYC", "unrecorded"]
+    caveat = ("CPU kinds differ (new: AMD EPYC, unrecorded; base: AMD EPYC, Intel Xeon): "
+              "the comparison mixes the machine with the setting")
+    assert rb.check_near("new", mixed, "base")[-1] == caveat
+    assert caveat in rb.check_bar("new", mixed, "base")

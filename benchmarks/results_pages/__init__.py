@@ -32,6 +32,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "getting-started-train": robustness.getting_started_train,
     "pair-table": robustness.pair_table,
     "near-verdict": robustness.near_verdict,
+    "label-machines": robustness.label_machines,
     "smollm2-table": smollm2.smollm2_table,
     "smollm2-split": smollm2.smollm2_split,
     "smollm2-earlier": smollm2.smollm2_earlier,
@@ -66,6 +67,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "step-account-update": account.step_account_update,
     "update-ab": account.update_ab,
     "make-train-ab": account.make_train_ab,
+    "compile-probe": account.compile_probe,
     # docs/reference/env-protocol.md
     "remote-env-job": remote_env.remote_env_job,
     "remote-env-latency": remote_env.remote_env_latency,

@@ -185,8 +185,26 @@ def make_train_ab(path: str = "benchmarks/results/make_train_ab.json") -> str:
             f"the goal {d['goal']['wall_ratio']})")
     step = s.get("step_ratio")
     return table(head, rows) + (
-        f"\n\n`make train` on empty caches on {_machine(d)}, {len(d['settings']['order'])} runs "
-        f"in the order "
+        f"\n\n`make train` on empty caches on {_machine(d)}, "
+        + (f"{len(runs)} of the " if len(runs) < len(d["settings"]["order"]) else "")
+        + f"{len(d['settings']['order'])} runs in the order "
         f"{' '.join(d['settings']['order'])}" + (f" ({extra})" if extra else "") +
         f": B / A of the median wall times {said}"
         + ("" if step is None else f"; of the median RL step {step:.3f}") + ".")
+
+
+def compile_probe(path: str = "benchmarks/results/compile_probe.json") -> str:
+    """``torch.compile`` of the learner's forward and backward against eager
+    (``benchmarks/compile_probe.py``): the median training step of each, the compilation's
+    seconds and the steps it takes to pay back."""
+    d = load(path)
+    r, s = d["results"], d["settings"]
+    back = r.get("steps_to_pay_back")
+    pays = ("never pays back (the compiled step is not faster)" if back is None
+            else f"pays back after about {back:,.0f} steps")
+    return (f"On {_machine(d)}, one thread, `{s['dtype']}`, {s['rows']} rows of "
+            f"{s['min_len']}-{s['max_len']} tokens a step, {s['steps']} steps a side: eager "
+            f"{_secs(r['eager_step_s'])} a step, compiled {_secs(r['compiled_step_s'])} "
+            f"(**x{d['ratios']['compiled_over_eager']:.2f}**); the compilation took "
+            f"{_secs(r['compile_s'])} (its first step) and {pays}. Largest logprob difference "
+            f"from eager on the first batch: {r['max_abs_logprob_diff']:.1e}.")

@@ -197,6 +197,10 @@ def near_verdict(first: str, *baselines: str) -> str:
         near = abs(ga - gb) <= bar["median_gain_within"] + 1e-12
         pairs = median(a[k]["gain"] - b[k]["gain"] for k in confirm)
         six = summary(first)["gain"]["median"] - summary(base)["gain"]["median"]
+        kinds = [bench.cpu_kinds((label(x) or {"runs": {}})["runs"]) for x in (first, base)]
+        caveat = ("" if kinds[0] == kinds[1] else
+                  f" The two ran on different CPU kinds ({', '.join(kinds[0])}; "
+                  f"{', '.join(kinds[1])}): the comparison mixes the machine with the setting.")
         lines.append(
             f"- against {name}: every gain >= {bar['min_gain']} "
             f"({'yes' if floor_ok else 'no'}, min {signed(min(r['gain'] for r in a.values()))}); "
@@ -204,7 +208,7 @@ def near_verdict(first: str, *baselines: str) -> str:
             f"({'within' if near else 'outside'} {bar['median_gain_within']}"
             f"{'' if near else ', higher' if ga > gb else ', lower'}; median pair "
             f"difference {minus(pairs)}): **the bar {'holds' if floor_ok and near else 'fails'}**. "
-            f"On all six pairs the medians differ by {minus(six)}.")
+            f"On all six pairs the medians differ by {minus(six)}.{caveat}")
     return (f"Judged as registered, on the {count(len(confirm))} confirmation pairs "
             f"({joined(confirm)}):\n\n" + "\n".join(lines))
 
@@ -228,3 +232,16 @@ def readme_train_row() -> list[str]:
             f"~{w['median'] / 60:.0f} min ({w['min']:.0f}-{w['max']:.0f} s over {len(runs)} seeds)",
             f"held-out success {f(b['median'])} -> {f(a['median'])} (median of {len(runs)} runs; "
             f"every run gained >= {floor_to(min(r['gain'] for r in runs.values()))})"]
+
+
+def label_machines(*labels: str) -> str:
+    """Which CPU kind and commit each label's runs ran on (``machine.cpu`` and ``commit`` of
+    every run in the JSON): labels are comparable only within one CPU kind."""
+    rows = []
+    for name in labels or tuple(load(DOC)["labels"]):
+        runs = (label(name) or {"runs": {}})["runs"]
+        cpus = bench.cpu_kinds(runs)
+        commits = sorted({r.get("commit") or "unrecorded" for r in runs.values()})
+        rows.append([f"`{name}`", str(len(runs)), ", ".join(cpus),
+                     ", ".join(f"`{c}`" for c in commits), _dates(runs) if runs else "—"])
+    return table(["label", "runs", "CPU", "commit", "finished"], rows)
