@@ -10,10 +10,10 @@ it would give on this machine before any of the learner is changed.
 One process, one thread (what a learner rank of the default job gets), the default job's model with
 its parameters in the dtype ``model.dtype=auto`` picks (the learner keeps fp32 master weights and
 computes in that dtype through FSDP: the forward and backward timed here run in it either way),
-SDPA attention. A training step is a forward from the
-first trained column on (``logits_to_keep``), log-softmax and gather, a token-mean loss, the
-backward and AdamW, on ``--rows`` right-padded rows whose lengths are drawn anew each step from
-the default job's range (so the compiled model sees new shapes, as the update does). The eager
+SDPA attention. A training step is a forward from the first trained column on
+(``logits_to_keep``), log-softmax and gather, a token-mean loss, the backward and AdamW, on
+``FULL["rows"]`` right-padded rows whose lengths are drawn anew each step from the default job's
+range (so the compiled model sees new shapes, as the update does). The eager
 and the compiled model start from the same weights; they alternate step by step after the
 compiled one's first call (the compilation, timed on its own). Reported: the median step of
 each, compiled / eager, the compilation's seconds and the number of steps it takes to pay back,
@@ -22,7 +22,7 @@ only if the two compute the same function).
 
 Usage::
 
-    python benchmarks/compile_probe.py            # ~5 min on 2 cores
+    python benchmarks/compile_probe.py            # ~2 min on 2 cores
     python benchmarks/compile_probe.py --quick
 
 Writes ``benchmarks/results/compile_probe[.quick].json``. Run nothing else meanwhile.
@@ -46,8 +46,8 @@ QUICK = {"rows": 8, "min_len": 120, "max_len": 200, "prompt": 43, "steps": 3}
 
 
 def make_rows(rng: np.random.Generator, s: dict, vocab: int) -> tuple[Any, Any, Any]:
-    """(ids, attention mask, loss mask), (rows, longest row): right-padded rows of random length,
-    the loss on the tokens after the prompt."""
+    """(ids, attention mask, loss mask), each (rows, longest row): right-padded rows of random
+    length, the loss on the tokens after the prompt."""
     import torch
 
     lens = rng.integers(s["min_len"], s["max_len"] + 1, s["rows"])
