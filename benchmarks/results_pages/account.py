@@ -34,17 +34,22 @@ def _share(x: float | None) -> str:
     return "" if x is None else pct(x)
 
 
+def _machine(d: dict) -> str:
+    """The machine a result was measured on, e.g. ``AMD EPYC (2 cores)``."""
+    m = d.get("machine") or {}
+    return f"{m.get('cpu') or 'an unnamed CPU'} ({m.get('cpus', '?')} cores)"
+
+
 def step_account_phases(path: str = DOC) -> str:
     """The machine's ceilings, then per phase of a step (and the loop's evaluations and panels)
     the median seconds over the steps used, its share of the summed step time, its floor, what
     bounds the floor and how far above it the phase runs."""
     d = load(path)
-    r, m, s = d["results"], d["machine"], d["settings"]["job_settings"]
+    r, s = d["results"], d["settings"]["job_settings"]
     used, peaks = r["steps_used"], r["peaks_used"]
     command = " ".join(d["settings"]["overrides"])
     commit = d["settings"].get("commit")
-    intro = (f"Measured on {m['cpu'] or 'an unnamed CPU'} ({m['cpus']} cores)"
-             + (f" at `{commit}`" if commit else "") + ", "
+    intro = (f"Measured on {_machine(d)}" + (f" at `{commit}`" if commit else "") + ", "
              f"`model.dtype={peaks['dtype']}`: matmul peak "
              f"{peaks['learner_flops_per_s'] / 1e9:,.0f} GFLOP/s over the "
              f"{s['world_size']} learner rank(s) at {s['learner_threads']} thread(s) each, "
@@ -153,12 +158,6 @@ def update_ab(path: str) -> str:
             f"(median {_secs(a['median_s'])}); "
             f"after {times(b)} (median {_secs(b['median_s'])}). After / before: "
             f"{d['ratios']['b_over_a']:.3f} (per round {per_round}).")
-
-
-def _machine(d: dict) -> str:
-    """The machine a result was measured on, e.g. ``AMD EPYC (2 cores)``."""
-    m = d.get("machine") or {}
-    return f"{m.get('cpu') or 'an unnamed CPU'} ({m.get('cpus', '?')} cores)"
 
 
 def make_train_ab(path: str = "benchmarks/results/make_train_ab.json") -> str:

@@ -197,10 +197,7 @@ def near_verdict(first: str, *baselines: str) -> str:
         near = abs(ga - gb) <= bar["median_gain_within"] + 1e-12
         pairs = median(a[k]["gain"] - b[k]["gain"] for k in confirm)
         six = summary(first)["gain"]["median"] - summary(base)["gain"]["median"]
-        kinds = [bench.cpu_kinds((label(x) or {"runs": {}})["runs"]) for x in (first, base)]
-        caveat = ("" if kinds[0] == kinds[1] else
-                  f" The two ran on different CPU kinds ({', '.join(kinds[0])}; "
-                  f"{', '.join(kinds[1])}): the comparison mixes the machine with the setting.")
+        caveat = "".join(f" {line}." for line in bench.machine_caveat(first, load(DOC), base))
         lines.append(
             f"- against {name}: every gain >= {bar['min_gain']} "
             f"({'yes' if floor_ok else 'no'}, min {signed(min(r['gain'] for r in a.values()))}); "
