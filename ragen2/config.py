@@ -574,7 +574,9 @@ class LearnerConfig:
     # recompute activations in the backward (memory); null: planned (ragen2.cluster.auto)
     activation_checkpointing: Optional[bool] = False
     cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy (CUDA only)
-    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (CUDA + flash-attn)
+    # sdpa | sdpa_fp32_backward (sdpa, its backward in fp32 for bf16 on the CPU) | eager |
+    # flash_attention_2 (CUDA + flash-attn)
+    attn_implementation: str = "sdpa"
     # >0: micro-batches balanced by token count within this budget; 0: algorithm.micro_batch_size
     # rows each; null: the largest that fits this machine's memory (CPU; ragen2.cluster.auto)
     micro_batch_tokens: Optional[int] = 0
@@ -582,7 +584,8 @@ class LearnerConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self, p: str) -> None:
-        _choice(self, p, "attn_implementation", ("sdpa", "eager", "flash_attention_2"))
+        _choice(self, p, "attn_implementation",
+                ("sdpa", "sdpa_fp32_backward", "eager", "flash_attention_2"))
         _check(self.micro_batch_tokens is None or self.micro_batch_tokens >= 0,
                f"{p}.micro_batch_tokens", self.micro_batch_tokens,
                "must be >= 0 (0 = algorithm.micro_batch_size rows per micro-batch) or null (planned)")

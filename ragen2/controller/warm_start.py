@@ -43,7 +43,9 @@ def warm_start_key(cfg: Config, model_path: str, train_envs: list[EnvEntry]) -> 
                "rollout": [c.rollout.max_turns, c.rollout.format_penalty, c.rollout.max_context_tokens],
                "engine": [c.engine.max_new_tokens, list(c.engine.stop)],
                "learner": [c.cluster.learner_world_size, c.algorithm.micro_batch_size,
-                           c.algorithm.grad_clip, c.algorithm.weight_decay, c.model.dtype]}
+                           c.algorithm.grad_clip, c.algorithm.weight_decay, c.model.dtype],
+               # settings that change the warm start's float rounding (issue 44)
+               "kernels": [c.learner.attn_implementation, c.learner.micro_batch_tokens]}
     if c.learner.lora.rank:  # adapters are trained instead of the weights
         payload["lora"] = asdict(c.learner.lora)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
