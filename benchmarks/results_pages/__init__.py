@@ -68,6 +68,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "update-ab": account.update_ab,
     "make-train-ab": account.make_train_ab,
     "compile-probe": account.compile_probe,
+    "attention-backward": account.attention_backward,
     # docs/reference/env-protocol.md
     "remote-env-job": remote_env.remote_env_job,
     "remote-env-latency": remote_env.remote_env_latency,

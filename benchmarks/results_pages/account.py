@@ -207,3 +207,30 @@ def compile_probe(path: str = "benchmarks/results/compile_probe.json") -> str:
             f"(**x{d['ratios']['compiled_over_eager']:.2f}**); the compilation took "
             f"{_secs(r['compile_s'])} (its first step) and {pays}. Largest logprob difference "
             f"from eager on the first batch: {r['max_abs_logprob_diff']:.1e}.")
+
+
+def attention_backward(path: str = "benchmarks/results/attention_backward.json") -> str:
+    """One attention's forward and backward on one thread at the tiny model's shapes
+    (``benchmarks/attention_backward.py``): bf16 SDPA, ``sdpa_fp32_backward`` and fp32 SDPA, each
+    with its gradient error against float64."""
+    d = load(path)
+    s, shapes = d["settings"], d["results"]["shapes"]
+    sides = ("sdpa", "sdpa_fp32_backward", "fp32")
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:.1f} ms"
+
+    rows = []
+    for key, v in shapes.items():
+        n, length = key.split("x")
+        rows.append([f"{n} x {length}",
+                     *(f"{ms(v[side]['forward_s'])} + {ms(v[side]['backward_s'])}" for side in sides),
+                     f"**x{d['ratios'][key + '_total']:.2f}**",
+                     " / ".join(f"{v[side]['grad_error']:.3f}" for side in sides)])
+    head = ["rows x tokens", "`sdpa` (bf16)", "`sdpa_fp32_backward`", "fp32 SDPA",
+            "sdpa_fp32_backward / sdpa", "gradient error (sdpa / ours / fp32)"]
+    return (f"On {_machine(d)}, one thread, {s['heads']} query heads and {s['kv_heads']} key/value "
+            f"heads of {s['head_dim']}, causal, bf16 inputs; forward + backward, the median of "
+            f"{s['repeats']} fresh inputs per side, the sides interleaved. Gradient error: the "
+            "largest |difference| from a float64 computation on the same inputs, summed over q, k "
+            "and v.\n\n" + table(head, rows))

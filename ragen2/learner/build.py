@@ -29,7 +29,6 @@ from ragen2.models.loading import meta_init
 
 def load_lm(cfg: Config, model_path: str) -> nn.Module:
     """The HF causal LM in fp32 (master weights) with ``learner.attn_implementation``, on CPU."""
-    import ragen2.learner.attention  # noqa: F401  (registers sdpa_fp32_backward)
     from ragen2.models.loading import load_causal_lm
 
     return load_causal_lm(model_path, dtype="float32",
@@ -39,7 +38,6 @@ def load_lm(cfg: Config, model_path: str) -> nn.Module:
 
 def empty_lm(cfg: Config, model_path: str) -> nn.Module:
     """:func:`load_lm`'s module on the meta device (filled by :func:`place`)."""
-    import ragen2.learner.attention  # noqa: F401  (registers sdpa_fp32_backward)
     from ragen2.models.loading import empty_causal_lm
 
     return empty_causal_lm(model_path, dtype="float32",

@@ -125,8 +125,13 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
 
 
 def check_attn_implementation(name: str) -> None:
-    """Fail early, naming the package and the extra, when an attention kernel is not installed."""
+    """Make ``learner.attn_implementation`` usable in this process before any model is built:
+    ragen2's own (``sdpa_fp32_backward``) registered with transformers, or fail early, naming the
+    package and the extra, when an attention kernel is not installed."""
     import importlib.util
+
+    if name == "sdpa_fp32_backward":
+        import ragen2.learner.attention  # noqa: F401  (registers it)
 
     if name == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
         raise ImportError("learner.attn_implementation=flash_attention_2 needs the flash_attn "

@@ -112,6 +112,22 @@ def test_flash_attention_without_the_package_names_it(monkeypatch):
     check_attn_implementation("sdpa")
 
 
+def test_ragens_own_attention_is_registered_before_a_model_is_built():
+    """In a fresh process (a learner rank) nothing has imported ragen2.learner.attention yet."""
+    import subprocess
+    import sys
+
+    code = ("from transformers import AttentionInterface\n"
+            "from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS as M\n"
+            "from ragen2.learner.fsdp import check_attn_implementation\n"
+            "n = 'sdpa_fp32_backward'\n"
+            "before = n in AttentionInterface._global_mapping\n"
+            "check_attn_implementation(n)\n"
+            "print(before, n in AttentionInterface._global_mapping, n in M)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]
+
+
 def test_logprobs_and_run(tiny_model_path):
     from ragen2.algos import logprobs_from_logits
     from ragen2.models.loading import load_causal_lm
