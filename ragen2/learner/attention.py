@@ -12,8 +12,8 @@ gradients are closer to exact than the bfloat16 backward's, not further.
 It applies where a reduced-precision attention on the CPU records a gradient; everywhere else
 (float32, CUDA, no grad, dropout, a paged cache or a position bias) it is transformers' ``sdpa``.
 
-Registered with transformers' attention and mask interfaces when this module is imported (every
-process that builds the learner's model imports it through :mod:`ragen2.learner.build`).
+Registered with transformers' attention and mask interfaces when this module is imported, which
+:func:`ragen2.learner.fsdp.check_attn_implementation` does before any model is built.
 """
 
 from __future__ import annotations
