@@ -62,9 +62,10 @@ def flash_fp32_backward(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     return _FlashFp32Backward.apply(query, key, value, mask, is_causal, scale)
 
 
-def _applies(query: torch.Tensor, dropout: float, kwargs: dict[str, Any]) -> bool:
+def _applies(qkv: tuple[torch.Tensor, ...], dropout: float, kwargs: dict[str, Any]) -> bool:
+    query = qkv[0]
     return (query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16)
-            and torch.is_grad_enabled() and query.requires_grad and not dropout
+            and torch.is_grad_enabled() and any(t.requires_grad for t in qkv) and not dropout
             and kwargs.get("position_bias") is None and kwargs.get("cache") is None
             and not kwargs.get("output_attentions", False))
 
@@ -77,7 +78,7 @@ def sdpa_fp32_backward_attention(module: torch.nn.Module, query: torch.Tensor, k
     """transformers' attention-function signature: ``query`` (B, H, T, D), ``key`` and ``value``
     (B, H_kv, S, D), ``attention_mask`` as ``sdpa`` gets it (None, or (B, 1, T, S)); the output
     (B, T, H, D). The causal rule is ``sdpa``'s: causal without a mask, for more than one query."""
-    if not _applies(query, dropout, kwargs):
+    if not _applies((query, key, value), dropout, kwargs):  # e.g. LoRA on v alone: a gradient
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)

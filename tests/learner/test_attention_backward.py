@@ -104,3 +104,25 @@ def test_no_grad_passes_are_sdpas():
         a = _model("sdpa", torch.bfloat16)(input_ids=ids).logits
         b = _model(NAME, torch.bfloat16)(input_ids=ids).logits
     assert torch.equal(a, b)
+
+
+def test_a_gradient_through_key_and_value_alone_takes_the_fp32_backward():
+    """LoRA on v alone leaves q without a gradient; the backward still runs in fp32."""
+    from torch import nn
+
+    from ragen2.learner.attention import sdpa_fp32_backward_attention
+
+    q, k, v, gout = _qkv(2, 24, torch.bfloat16)
+    module = nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 2
+    grads = {}
+    for name, fn in (("ours", lambda q, k, v: flash_fp32_backward(q, k, v, is_causal=True)),
+                     ("stock", lambda q, k, v: F.scaled_dot_product_attention(
+                         q, k, v, is_causal=True, enable_gqa=True)),
+                     ("wrapper", lambda q, k, v: sdpa_fp32_backward_attention(
+                         module, q, k, v, None)[0].transpose(1, 2))):
+        kk, vv = (x.detach().clone().requires_grad_() for x in (k, v))
+        fn(q, kk, vv).backward(gout)
+        grads[name] = kk.grad
+    assert torch.equal(grads["wrapper"], grads["ours"])
+    assert not torch.equal(grads["ours"], grads["stock"])
