@@ -224,6 +224,18 @@ def holding(rank: RankState, plan: PrefixPlan | None) -> Any:
     return gathered(rank.model) if plan is not None else nullcontext()
 
 
+def between_steps(rank: RankState) -> Any:
+    """Context of the forwards and backwards between two optimiser steps (an update's no-grad
+    passes, one of its mini-batches, a warm-start step): with ``learner.shared_prefix`` FSDP
+    keeps the parameters gathered for the whole block (:func:`ragen2.learner.fsdp.gathered`),
+    one all-gather a layer instead of one per forward and another per backward. The gathered
+    values are the same bits, so every logprob and gradient is too; the memory is what a
+    shared-prefix micro-batch holds anyway (:mod:`ragen2.cluster.memory`). Without it, FSDP
+    gathers layer by layer as usual. The optimiser step must come after the block: it moves
+    the shards, and leaving the block drops the gathered copies."""
+    return gathered(rank.model) if rank.cfg.learner.shared_prefix else nullcontext()
+
+
 def train_mode(rank: RankState) -> Any:
     """Context of a gradient pass of the policy: LoRA's adapter dropout on (if any)."""
     return adapter_dropout(rank.model) if rank.lora_dropout else nullcontext()

@@ -26,8 +26,9 @@ from ragen2.algos.objective import (LossInputs, ValueInputs, assign_credit,
                                     value_term)
 from ragen2.algos.off_policy import BehaviourWeights, behaviour_weights
 from ragen2.batch import TrainingBatch
-from ragen2.learner.forward import (MaskFacts, Rows, forward, holding, host_tensors, micro_batches,
-                                    prefix_plan, scales, tensors, to_device, train_mode)
+from ragen2.learner.forward import (MaskFacts, Rows, between_steps, forward, host_tensors,
+                                    micro_batches, prefix_plan, scales, tensors, to_device,
+                                    train_mode)
 from ragen2.learner.fsdp import full_tensor
 from ragen2.learner.microbatch import mini_batches
 from ragen2.learner.prefix import PrefixPlan
@@ -210,7 +211,7 @@ def update(rank: RankState, batch: TrainingBatch, step: int) -> dict[str, float]
     #    trained before the policy moves, so its old logprobs come free from its own forward.
     cache: dict[tuple[int, int], Micro] = {}
     sums = BatchSums.zeros(rank.device)  # read with the loss terms, once, at the end
-    with torch.no_grad():
+    with torch.no_grad(), between_steps(rank):
         for mi, (_, micros) in enumerate(plan):
             for ui, micro in enumerate(micros):
                 host = host_tensors(batch, micro, "input_ids", "attention_mask", "loss_mask",
@@ -319,10 +320,12 @@ def ppo_epochs(rank: RankState, batch: TrainingBatch, plan: list[tuple[np.ndarra
             mask_all = batch.loss_mask[mb]
             counts = dict(agg_mode=a.loss_agg_mode, num_tokens=float(mask_all.sum()),
                           num_seqs=float((mask_all.sum(1) > 0).sum()), norm_tokens=norm_tokens)
-            for ui, _ in enumerate(micros):
-                c = cache[mi, ui]
-                mask = c.mask
-                with holding(rank, c.share):  # forward .. backward
+            # the mini-batch's forwards and backwards hold the parameters gathered (one
+            # all-gather a layer; the shared-prefix forward's backward needs them held)
+            with between_steps(rank):
+                for ui, _ in enumerate(micros):
+                    c = cache[mi, ui]
+                    mask = c.mask
                     lp, ent = forward(rank, rank.model, c.ids, c.attn, mask, c.scales,
                                       entropy=True, entropy_grad=a.entropy_coef > 0,
                                       plan=c.share, facts=c.facts)
@@ -337,21 +340,21 @@ def ppo_epochs(rank: RankState, batch: TrainingBatch, plan: list[tuple[np.ndarra
                                                   ref_logprobs=c.ref, regulariser_weights=c.reg_w,
                                                   behaviour_weights=c.is_w, **counts), a)
                     (out.loss * (loss_scale * rank.world_size)).backward()
-                w = _f64(mask.sum())
-                mm.loss = mm.loss + _f64(out.loss)
-                mm.pg_loss = mm.pg_loss + _f64(out.policy_loss)
-                mm.entropy = mm.entropy + _f64(out.entropy)
-                if out.kl is not None:
-                    mm.kl = mm.kl + _f64(out.kl)
-                mm.clipfrac = mm.clipfrac + _f64(out.policy_metrics["clipfrac"]) * w
-                mm.approx_kl = mm.approx_kl + _f64(out.policy_metrics["approx_kl"]) * w
-                mm.trained_tokens = mm.trained_tokens + w
-                if rank.critic is not None:
-                    vl = value_term(ValueInputs(rank.critic(c.ids, c.attn), c.values, c.returns,
-                                                mask, **counts), a)
-                    (a.value_coef * vl * rank.world_size).backward()
-                    mm.vf_loss = mm.vf_loss + _f64(vl)
-                    mm.loss = mm.loss + _f64(vl)
+                    w = _f64(mask.sum())
+                    mm.loss = mm.loss + _f64(out.loss)
+                    mm.pg_loss = mm.pg_loss + _f64(out.policy_loss)
+                    mm.entropy = mm.entropy + _f64(out.entropy)
+                    if out.kl is not None:
+                        mm.kl = mm.kl + _f64(out.kl)
+                    mm.clipfrac = mm.clipfrac + _f64(out.policy_metrics["clipfrac"]) * w
+                    mm.approx_kl = mm.approx_kl + _f64(out.policy_metrics["approx_kl"]) * w
+                    mm.trained_tokens = mm.trained_tokens + w
+                    if rank.critic is not None:
+                        vl = value_term(ValueInputs(rank.critic(c.ids, c.attn), c.values, c.returns,
+                                                    mask, **counts), a)
+                        (a.value_coef * vl * rank.world_size).backward()
+                        mm.vf_loss = mm.vf_loss + _f64(vl)
+                        mm.loss = mm.loss + _f64(vl)
             norms = optimizer_step(rank, pairs, mm.loss)
             if norms is None:  # non-finite: nothing applied, nothing counted
                 steps.skipped += 1

@@ -135,8 +135,7 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
     for start in range(0, b, rows):
         part = continuations[start:start + rows]
         sums.append(_score_rows(model, cache, part, torch.zeros(len(part), dtype=torch.long),
-                                first[None], ctx_len, ctx_mask, temperature, device,
-                                keep_cache=start + rows < b))
+                                first[None], ctx_len, ctx_mask, temperature, device))
     _pad_forwards(model, context, forwards - planned, device)
     return torch.cat(sums), lengths
 
@@ -252,22 +251,32 @@ def _score_pack(model: torch.nn.Module,
     return res
 
 
+def _rows_cache(cache, owner: torch.Tensor):
+    """A cache of the rows, row k holding a copy of context ``owner[k]``'s keys and values;
+    ``cache`` stays as it was. Its layers are copied shallowly (sharing the contexts' tensors)
+    and each indexes its own: what a deep copy of every context's cache, then the same index,
+    gave, without copying the contexts first."""
+    rows = copy.copy(cache)
+    rows.layers = [copy.copy(layer) for layer in cache.layers]
+    rows.batch_select_indices(owner)
+    return rows
+
+
 def _score_rows(model: torch.nn.Module, cache, part: Sequence[Sequence[int]],
                 owner: torch.Tensor, first: torch.Tensor, ctx_len: torch.Tensor,
-                ctx_mask: torch.Tensor, temperature: float, device: torch.device | str,
-                keep_cache: bool = True) -> torch.Tensor:
+                ctx_mask: torch.Tensor, temperature: float,
+                device: torch.device | str) -> torch.Tensor:
     """Summed logprobs (r,) of one slice of continuations, row k under context ``owner[k]``:
     ``first`` (I, V) its first token's log-probs, ``cache`` the I contexts' KV cache (each row
-    gets a copy of its context's; ``keep_cache=False``: the last slice may use up ``cache``
-    itself), ``ctx_len`` (I,) and ``ctx_mask`` (I, Lmax) their real lengths and positions."""
+    gets a copy of its context's, ``cache`` is left as it was), ``ctx_len`` (I,) and
+    ``ctx_mask`` (I, Lmax) their real lengths and positions."""
     ids, lengths = _right_padded(part)
     width = ids.shape[1]
     mask = torch.arange(width)[None] < lengths[:, None]
     ids, mask_d, owner_d = ids.to(device), mask.to(device), owner.to(device)
     total = first[owner_d, ids[:, 0]] * mask_d[:, 0]
     if width > 1:
-        rows_cache = copy.deepcopy(cache) if keep_cache else cache
-        rows_cache.batch_select_indices(owner_d)  # (r, ...): row k's context
+        rows_cache = _rows_cache(cache, owner_d)  # (r, ...): row k's context
         attn = torch.cat([ctx_mask[owner], mask[:, :-1]], dim=1).long().to(device)
         pos = (ctx_len[owner][:, None] + torch.arange(width - 1)[None]).to(device)
         logits = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos,

@@ -19,7 +19,8 @@ import torch.distributed as dist
 from ragen2.algos import logprobs_from_logits
 from ragen2.batch import TrainingBatch
 from ragen2.learner.build import new_optimizer
-from ragen2.learner.forward import MaskFacts, host_tensors, micro_batches, to_device, train_mode
+from ragen2.learner.forward import (MaskFacts, between_steps, host_tensors, micro_batches,
+                                    to_device, train_mode)
 from ragen2.learner.ppo import optimizer_step
 from ragen2.learner.rank_state import RankState
 
@@ -60,7 +61,7 @@ def _step(rank: RankState, batch: TrainingBatch,
     n_tok = float(batch.loss_mask[rows].sum())
     loss_sum = torch.zeros((), dtype=torch.float64, device=rank.device)
     correct = torch.zeros((), dtype=torch.float64, device=rank.device)
-    with train_mode(rank):
+    with train_mode(rank), between_steps(rank):  # one all-gather a layer for the step
         for micro in micro_batches(rank, batch, rows):
             host = host_tensors(batch, micro, "input_ids", "attention_mask", "loss_mask")
             ids, attn, mask = (to_device(rank, t) for t in host)

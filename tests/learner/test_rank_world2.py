@@ -16,6 +16,7 @@ from ragen2.batch import TrainingBatch
 from ragen2.learner.forward import micro_batches
 from tests.learner.test_rank import _batch, _run
 from tests.learner.pinned import pinned
+from tests.learner.two_ranks import counting_calls
 
 PROBE_IDS = [5, 17, 40, 3, 99, 12, 8, 230, 41, 41, 7, 300, 2, 64, 9, 10]
 
@@ -98,8 +99,11 @@ def _scenarios(rank: int, path: str, rdv, calls: list) -> dict:
                 result["ref_is_merged"] = all(
                     torch.equal(full_tensor(v), merged[k]) for k, v in r.state.ref.state_dict().items()
                     if k in merged)
-            m = r.update(batch(), step=1)
+            gathers = []
+            with counting_calls(torch.distributed, "all_gather_single", gathers):
+                m = r.update(batch(), step=1)
             result[name] = {"metrics": m, "weights": {k: v.clone() for k, v in r.named_weights()},
+                            "all_gathers": len(gathers),
                             "shared_forwards": len(calls), "logprobs": r.logprobs(PROBE_IDS),
                             "run": r.run(lambda rk, x: (rk.rank, rk.world_size, x), 7)}
         finally:
@@ -125,6 +129,12 @@ def test_two_ranks(tiny_model_path, two_rank_results):
     assert all(v.dtype == torch.float32 for v in bf16["weights"].values())  # fp32 masters
     gap = np.abs(np.subtract(bf16["logprobs"], rows["logprobs"])).mean()
     assert 0 < gap < 0.05, gap  # bf16 rounding, not a different model
+
+    # FSDP gathers the parameters once a block between optimiser steps (the no-grad passes, each
+    # of the 2 mini-batches), each of its 5 groups (4 blocks and the root) with one all-gather,
+    # not once a forward and again a backward
+    for name in ("rows", "tokens", "bf16"):
+        assert r0[name]["all_gathers"] == r1[name]["all_gathers"] == 5 * 3, name
 
     rows, tokens = r0["rows"], r0["tokens"]
     for key in ("actor/loss", "actor/grad_norm"):

@@ -30,6 +30,7 @@ from ragen2.run_state import UpdateResult
 from tests.learner.test_host_syncs import counting_host_reads
 from tests.learner.pinned import pinned
 from tests.learner.test_rank import _rank
+from tests.learner.two_ranks import counting_calls
 
 #: 10 demonstration rows in batches of 3 (the last of each epoch 1 row), 2 epochs: 8 steps;
 #: micro-batches of 2 rows: a step of 3 rows runs 2
@@ -193,11 +194,14 @@ def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
         rdv.setup(r)
         try:
             warm_start_module.STEPS_PER_CALL = 3
-            m, calls = warm_start(r, demo_batch(), ROWS)
+            gathers: list = []
+            with counting_calls(torch.distributed, "all_gather_single", gathers):
+                m, calls = warm_start(r, demo_batch(), ROWS)
             weights = {k: v.clone() for k, v in r.named_weights()}
             adam = [{k: full_tensor(v).clone() if torch.is_tensor(v) else v for k, v in s.items()}
                     for s in r.state.sft_optim.state.values()]
-            result[name] = {"metrics": m, "calls": calls, "weights": weights, "adam": adam}
+            result[name] = {"metrics": m, "calls": calls, "weights": weights, "adam": adam,
+                            "all_gathers": len(gathers)}
         finally:  # the other jobs of the shared spawn see the module as it was
             warm_start_module.STEPS_PER_CALL = per_call
             r.shutdown()
@@ -209,4 +213,8 @@ def test_two_ranks_chunked_warm_start_is_bit_identical(two_rank_results):
         before, after = r["before"], r["after"]
         assert after["metrics"] == before["metrics"]
         assert (before["calls"], after["calls"]) == (8, 3)
+        # FSDP's all-gathers: before, each of the 5 parameter groups (4 blocks, the root) at
+        # every micro-batch's forward and again for its backward (the root keeps its own); now
+        # each group once a step (ragen2.learner.forward.between_steps): the same bits
+        assert after["all_gathers"] == 5 * 8 < before["all_gathers"]
         assert_identical((after["weights"], after["adam"]), (before["weights"], before["adam"]))

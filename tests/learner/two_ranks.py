@@ -12,6 +12,7 @@ the port reaches rank 1 through a queue, so no port is chosen free and bound lat
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 from pathlib import Path
@@ -23,6 +24,22 @@ JOBS = {"world2": "tests.learner.test_rank_world2", "nonfinite": "tests.learner.
         "meta_init": "tests.learner.test_meta_init",
         "sharded": "tests.learner.test_sharded_checkpoint",
         "warm_start": "tests.learner.test_warm_start_chunks"}
+
+
+@contextlib.contextmanager
+def counting_calls(module, name: str, calls: list):
+    """``module.name`` appends to ``calls`` at every call inside the block."""
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    setattr(module, name, counted)
+    try:
+        yield
+    finally:
+        setattr(module, name, real)
 
 
 def run_two_ranks(target, *args, timeout: float = 300) -> None:
