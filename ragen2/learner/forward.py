@@ -161,9 +161,10 @@ def forward(rank: RankState, model: torch.nn.Module, ids: torch.Tensor, attn: to
     reads 0 before its first trained token, whose prompt logits are never computed (over a
     long prompt and a large vocabulary the LM head and the log-softmax are a large share of an
     update). With a ``plan`` (:func:`prefix_plan`) the rows' common prompts are forwarded
-    once (:mod:`ragen2.learner.prefix`); with autograd, inside :func:`holding`. ``row_scales``
-    (B,) multiplies the sampling temperature per row (rows sampled hotter). ``entropy_grad``:
-    whether the entropy is part of a loss (else a metric, computed without autograd).
+    once (:mod:`ragen2.learner.prefix`); with autograd, inside :func:`holding` or
+    :func:`between_steps`. ``row_scales`` (B,) multiplies the sampling temperature per row
+    (rows sampled hotter). ``entropy_grad``: whether the entropy is part of a loss (else a
+    metric, computed without autograd).
     ``facts``: the masks' :class:`MaskFacts`, read on the host (else read from the device).
     """
     temperature = rank.settings.temperature

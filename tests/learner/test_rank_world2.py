@@ -52,22 +52,16 @@ def _worker(rank: int, path: str, rdv, out_dir: str) -> None:
     torch.set_num_threads(1)
     import ragen2.learner.forward as rank_module
 
-    shared = rank_module.shared_prefix_logits
-    calls = []
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return shared(*args, **kwargs)
-
-    rank_module.shared_prefix_logits = counted
+    calls: list = []
     planner = rank_module.plan_shared_prefix
     if rank == 1:  # rank 1 never finds sharing worth it: it follows rank 0 with a forced plan
         rank_module.plan_shared_prefix = lambda *a, min_saving=0.2: (
             planner(*a, min_saving=min_saving) if min_saving == -float("inf") else None)
     try:
-        result = _scenarios(rank, path, rdv, calls)
+        with counting_calls(rank_module, "shared_prefix_logits", calls):
+            result = _scenarios(rank, path, rdv, calls)
     finally:  # the other jobs of the shared spawn see the module as it was
-        rank_module.shared_prefix_logits, rank_module.plan_shared_prefix = shared, planner
+        rank_module.plan_shared_prefix = planner
     torch.save(result, f"{out_dir}/rank{rank}.pt")
 
 
