@@ -41,6 +41,9 @@ def warm_start_key(cfg: Config, model_path: str, train_envs: list[EnvEntry]) -> 
                "heldout_fraction": c.env.heldout_fraction,
                "warm_start": {k: v for k, v in asdict(c.trainer.warm_start).items() if k != "cache"},
                "rollout": [c.rollout.max_turns, c.rollout.format_penalty, c.rollout.max_context_tokens],
+               # the demonstrations: split over the workers, each noising its share from its own
+               # generator (RolloutWorker.demonstrate), so another worker count clones other data
+               "workers": c.rollout.num_workers,
                "engine": [c.engine.max_new_tokens, list(c.engine.stop)],
                "learner": [c.cluster.learner_world_size, c.algorithm.micro_batch_size,
                            c.algorithm.grad_clip, c.algorithm.weight_decay, c.model.dtype],

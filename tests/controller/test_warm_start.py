@@ -32,7 +32,9 @@ def test_the_key_follows_what_the_warm_started_weights_depend_on():
                replace(cfg, env=replace(cfg.env, heldout_fraction=0.5)),
                # float rounding: another attention backward, another micro-batch partition
                replace(cfg, learner=replace(cfg.learner, attn_implementation="sdpa_fp32_backward")),
-               replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=4096))]
+               replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=4096)),
+               # the demonstrations are split over the workers, each noising with its own seed
+               replace(cfg, rollout=replace(cfg.rollout, num_workers=2))]
     assert all(warm_start_key(c, "model", ENVS) != key for c in changed)
     assert warm_start_key(cfg, "other model", ENVS) != key
 
