@@ -69,6 +69,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
     "make-train-ab": account.make_train_ab,
     "compile-probe": account.compile_probe,
     "attention-backward": account.attention_backward,
+    "scorer-cascade": account.scorer_cascade,
     # docs/reference/env-protocol.md
     "remote-env-job": remote_env.remote_env_job,
     "remote-env-latency": remote_env.remote_env_latency,
