@@ -176,6 +176,24 @@ def model_path(overrides: Sequence[str] = ()) -> str:
     return resolve_model_path(load_config(list(overrides)))
 
 
+def rank_model() -> tuple[Any, str, str]:
+    """(the default job's model, its dtype, its path), as a learner rank of the job computes with
+    it: one torch thread (this process's from now on), the dtype ``model.dtype=auto`` picks on
+    this CPU, SDPA attention, in training mode."""
+    import torch
+
+    from ragen2.cluster.auto import auto_dtype
+    from ragen2.models.loading import load_causal_lm
+    from ragen2.train import load_config, resolve_model_path
+
+    torch.set_num_threads(1)
+    cfg = load_config([])
+    dtype = auto_dtype("cpu")[0] if cfg.model.dtype == "auto" else cfg.model.dtype
+    path = resolve_model_path(cfg)
+    model = load_causal_lm(path, dtype=dtype, attn_implementation="sdpa")
+    return model.train(), dtype, path
+
+
 BASE_RUN = ["trainer.loggers=[jsonl]", "trainer.save_rollouts_every=0", "trainer.save_every=0",
             "trainer.eval_every=0"]
 

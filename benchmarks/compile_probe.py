@@ -86,16 +86,7 @@ def main() -> None:
     s = QUICK if args.quick else FULL
     import torch
 
-    from ragen2.cluster.auto import auto_dtype
-    from ragen2.models.loading import load_causal_lm
-    from ragen2.train import load_config, resolve_model_path
-
-    torch.set_num_threads(1)
-    cfg = load_config([])
-    dtype = auto_dtype("cpu")[0] if cfg.model.dtype == "auto" else cfg.model.dtype
-    path = resolve_model_path(cfg)
-    eager = load_causal_lm(path, dtype=dtype, attn_implementation="sdpa")
-    eager.train()
+    eager, dtype, path = common.rank_model()
     compiled_src = copy.deepcopy(eager)
     compiled = torch.compile(compiled_src, dynamic=True)
     opt = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in

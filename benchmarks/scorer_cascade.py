@@ -124,15 +124,10 @@ def main() -> None:
     import torch
 
     import ragen2.learner.scoring as scoring
-    from ragen2.cluster.auto import auto_dtype
     from ragen2.config import SCORE_TOKENS_CPU
-    from ragen2.models.loading import load_causal_lm
-    from ragen2.train import load_config, resolve_model_path
 
-    torch.set_num_threads(1)
-    cfg = load_config([])
-    dtype = auto_dtype("cpu")[0] if cfg.model.dtype == "auto" else cfg.model.dtype
-    model = load_causal_lm(resolve_model_path(cfg), dtype=dtype, attn_implementation="sdpa").eval()
+    model, dtype, _ = common.rank_model()
+    model.eval()
     items = panel_items(np.random.default_rng(0), s, model.config.vocab_size)
     today = scoring._score_rows
     sides = {"today": today, "cascade": cascade_score_rows}
