@@ -57,7 +57,7 @@ def cascade_attention(q: Any, k: Any, v: Any, kc: Any, vc: Any, owner: Any, ctx_
     import torch
 
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    r, h, t, d = q.shape
+    _, h, t, d = q.shape
     hkv = k.shape[1]
     g = h // hkv  # query head j * g + i reads key/value head j (transformers' repeat_kv)
     o2, l2 = flash(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), 0.0, True, scale=scale)
@@ -133,14 +133,16 @@ def main() -> None:
     sides = {"today": today, "cascade": cascade_score_rows}
     times: dict[str, list[float]] = {k: [] for k in sides}
     sums: dict[str, Any] = {}
-    with torch.no_grad():
-        for _ in range(s["repeats"] + 1):  # the first round warms up, untimed
-            for name, rows_fn in sides.items():
-                scoring._score_rows = rows_fn
-                t0 = time.perf_counter()
-                out = scoring.score_batched(model, items, token_budget=SCORE_TOKENS_CPU)
-                times[name].append(time.perf_counter() - t0)
-                sums[name] = torch.cat([lp for lp, _ in out])
+    try:
+        with torch.no_grad():
+            for _ in range(s["repeats"] + 1):  # the first round warms up, untimed
+                for name, rows_fn in sides.items():
+                    scoring._score_rows = rows_fn
+                    t0 = time.perf_counter()
+                    out = scoring.score_batched(model, items, token_budget=SCORE_TOKENS_CPU)
+                    times[name].append(time.perf_counter() - t0)
+                    sums[name] = torch.cat([lp for lp, _ in out])
+    finally:
         scoring._score_rows = today
     tokens = torch.cat([n for _, n in out]).clamp(min=1)
     diff = (sums["cascade"] - sums["today"]).abs()
