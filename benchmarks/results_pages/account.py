@@ -210,14 +210,15 @@ def compile_probe(path: str = "benchmarks/results/compile_probe.json") -> str:
 
 
 def scorer_cascade(path: str = "benchmarks/results/scorer_cascade.json") -> str:
-    """The MI scorer on a panel-shaped call, today's against a shared-context attention
-    (``benchmarks/scorer_cascade.py``): each side's median, the ratio and the logprob difference."""
+    """The MI scorer on a panel-shaped call, the generic forward against the shared-context
+    attention (``benchmarks/scorer_cascade.py``): each side's median, the ratio and the logprob
+    difference."""
     d = load(path)
     r, s = d["results"], d["settings"]
     return (f"On {_machine(d)}, one thread, `{s['dtype']}`, {s['contexts']} contexts of "
             f"{s['ctx_len'][0]}-{s['ctx_len'][1]} tokens x {s['continuations']} continuations of "
             f"{s['cont_len'][0]}-{s['cont_len'][1]} ({r['pairs']:,} pairs), the median of "
-            f"{s['repeats']} calls a side: today's scorer {_secs(r['today_s'])}, the cascade "
+            f"{s['repeats']} calls a side: the generic scorer {_secs(r['today_s'])}, the cascade "
             f"{_secs(r['cascade_s'])} (**x{d['ratios']['cascade_over_today']:.2f}**). Largest "
             f"difference of a summed logprob: {r['max_abs_logp_diff']:.3f} nats (sums of "
             f"{r['mean_abs_logp']:.0f} nats on average), {r['max_abs_logp_diff_per_token']:.1e} "

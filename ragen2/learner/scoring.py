@@ -3,7 +3,8 @@
 The MI collapse monitor asks for log p(z_s | x_j) for every reasoning sample z_s under every
 prompt x_j. Prompts are long and reasoning is short, so each prompt is run once and its KV cache is
 repeated over a batch of continuations: the cost per (z, x) pair is the continuation's tokens, not
-the prompt's.
+the prompt's. :func:`score_batched` on the CPU, for Llama and Qwen2 models, lets the continuations
+attend to the cache without copies of it (:mod:`ragen2.learner.cascade`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ragen2.algos import logprobs_from_logits
 from ragen2.config import SCORE_TOKENS_CPU
+from ragen2.learner import cascade
 
 #: continuation rows of one forward of :func:`score_batched` at most: each holds its own copy of
 #: its context's KV cache (:func:`score_continuations` holds one a row of an item, at most the
@@ -135,7 +137,7 @@ def score_continuations(model: torch.nn.Module, context: Sequence[int],
     for start in range(0, b, rows):
         part = continuations[start:start + rows]
         sums.append(_score_rows(model, cache, part, torch.zeros(len(part), dtype=torch.long),
-                                first[None], ctx_len, ctx_mask, temperature, device))
+                                first[None], ctx_len, ctx_mask, temperature, device, False))
     _pad_forwards(model, context, forwards - planned, device)
     return torch.cat(sums), lengths
 
@@ -168,7 +170,9 @@ def score_batched(model: torch.nn.Module,
     its continuations' first tokens. The continuations of a packed batch, in item order, then go
     in row slices of at most ``token_budget`` padded tokens and :data:`SLICE_ROWS` rows, each row
     on a copy of its context's KV cache (``Cache.batch_select_indices``), with the context's
-    padding masked and the positions continuing from its real length. The forwards are not
+    padding masked and the positions continuing from its real length; on the CPU, for the models
+    :func:`ragen2.learner.cascade.applies` to, each context's rows read its cache at once, without
+    the copies. The forwards are not
     collective-safe: every rank must hold the FSDP parameters gathered
     (:func:`ragen2.learner.fsdp.gathered`), since ranks run different numbers of them.
 
@@ -239,10 +243,11 @@ def _score_pack(model: torch.nn.Module,
     owner = torch.tensor([b for b, _ in rows], dtype=torch.long)
     ctx_mask = torch.arange(ctx.shape[1])[None] < ctx_len[:, None]  # (I, Lmax)
     totals = []
+    shared = cascade.applies(model, device)
     for part in _packs(range(len(rows)), lambda r: len(rows[r][1]), token_budget, SLICE_ROWS):
         s, e = part[0], part[-1] + 1
         totals.append(_score_rows(model, cache, [rows[r][1] for r in part], owner[s:e], first,
-                                  ctx_len, ctx_mask, temperature, device))
+                                  ctx_len, ctx_mask, temperature, device, shared))
     total = torch.cat(totals) if totals else torch.zeros(0)
     res, at = [], 0
     for _, conts in items:
@@ -264,23 +269,29 @@ def _rows_cache(cache, owner: torch.Tensor):
 
 def _score_rows(model: torch.nn.Module, cache, part: Sequence[Sequence[int]],
                 owner: torch.Tensor, first: torch.Tensor, ctx_len: torch.Tensor,
-                ctx_mask: torch.Tensor, temperature: float,
-                device: torch.device | str) -> torch.Tensor:
+                ctx_mask: torch.Tensor, temperature: float, device: torch.device | str,
+                shared: bool) -> torch.Tensor:
     """Summed logprobs (r,) of one slice of continuations, row k under context ``owner[k]``:
     ``first`` (I, V) its first token's log-probs, ``cache`` the I contexts' KV cache (each row
     gets a copy of its context's, ``cache`` is left as it was), ``ctx_len`` (I,) and
-    ``ctx_mask`` (I, Lmax) their real lengths and positions."""
+    ``ctx_mask`` (I, Lmax) their real lengths and positions. ``shared``: the rows attend to
+    their contexts' cache without copies of it (:mod:`ragen2.learner.cascade`, where
+    :func:`~ragen2.learner.cascade.applies`; the same logprobs to float rounding), else through
+    the model's forward."""
     ids, lengths = _right_padded(part)
     width = ids.shape[1]
     mask = torch.arange(width)[None] < lengths[:, None]
     ids, mask_d, owner_d = ids.to(device), mask.to(device), owner.to(device)
     total = first[owner_d, ids[:, 0]] * mask_d[:, 0]
     if width > 1:
-        rows_cache = _rows_cache(cache, owner_d)  # (r, ...): row k's context
-        attn = torch.cat([ctx_mask[owner], mask[:, :-1]], dim=1).long().to(device)
-        pos = (ctx_len[owner][:, None] + torch.arange(width - 1)[None]).to(device)
-        logits = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos,
-                       past_key_values=rows_cache, use_cache=False).logits
+        if shared:  # no copy of the contexts' caches (CPU)
+            logits = cascade.rows_logits(model, cache, ids[:, :-1], owner, ctx_len)
+        else:
+            rows_cache = _rows_cache(cache, owner_d)  # (r, ...): row k's context
+            attn = torch.cat([ctx_mask[owner], mask[:, :-1]], dim=1).long().to(device)
+            pos = (ctx_len[owner][:, None] + torch.arange(width - 1)[None]).to(device)
+            logits = model(input_ids=ids[:, :-1], attention_mask=attn, position_ids=pos,
+                           past_key_values=rows_cache, use_cache=False).logits
         # continuation position t >= 1 is predicted by position t - 1
         lp = logprobs_from_logits(logits, ids[:, 1:], temperature) * mask_d[:, 1:]
         total = total + lp.sum(1)

@@ -181,22 +181,31 @@ ITEMS = [(CONTEXT, CONTS), (list(range(60, 67)), [[1, 2, 3, 4], [5], []]), ([11]
          (list(range(20, 48)), []), (list(range(30, 41)), [list(range(70, 79)), [9, 9]])]
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("budget", [1, 9, 30, 64, 10_000])
-def test_batched_items_score_what_one_sequence_at_a_time_scores(llama, budget, monkeypatch):
+def test_batched_items_score_what_one_sequence_at_a_time_scores(llama, budget, shared,
+                                                                 monkeypatch):
     """Contexts of different lengths packed several to a forward (padded on the right), their
-    continuations sharing forwards on copies of their own contexts' caches: every score is the
-    full sequence's, and every forward's padded tokens stay within the budget (one row at
-    least)."""
+    continuations sharing forwards, on copies of their own contexts' caches or (``shared``, the
+    CPU's cascade) on the caches themselves: every score is the full sequence's, and every
+    forward's padded tokens stay within the budget (one row at least)."""
     import ragen2.learner.scoring as scoring
+    from ragen2.learner import cascade
 
     shapes = []
-    real = llama.forward
+    real, real_rows = llama.forward, cascade.rows_logits
 
     def recording(*args, input_ids=None, **kwargs):
         shapes.append(tuple(input_ids.shape))
         return real(*args, input_ids=input_ids, **kwargs)
 
+    def recording_rows(model, cache, ids, *args):
+        shapes.append(tuple(ids.shape))
+        return real_rows(model, cache, ids, *args)
+
     monkeypatch.setattr(llama, "forward", recording)
+    monkeypatch.setattr(cascade, "rows_logits", recording_rows)
+    monkeypatch.setattr(cascade, "applies", lambda *a: shared)
     with torch.no_grad():
         out = scoring.score_batched(llama, ITEMS, token_budget=budget, temperature=0.7)
     monkeypatch.undo()  # the reference's forwards are not the scorer's
