@@ -581,6 +581,10 @@ class LearnerConfig:
     # rows each; null: the largest that fits this machine's memory (CPU; ragen2.cluster.auto)
     micro_batch_tokens: Optional[int] = 0
     shared_prefix: bool = True  # forward a prompt shared by rows of a micro-batch once (same maths)
+    # FSDP: reduce-scatter an optimiser step's gradients once, after its last micro-batch, having
+    # accumulated them unsharded (fp32) over its micro-batches; false: after every micro-batch.
+    # The same gradient to float rounding; costs one unsharded fp32 gradient of the model
+    reduce_once: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self, p: str) -> None:

@@ -48,7 +48,8 @@ def warm_start_key(cfg: Config, model_path: str, train_envs: list[EnvEntry]) -> 
                "learner": [c.cluster.learner_world_size, c.algorithm.micro_batch_size,
                            c.algorithm.grad_clip, c.algorithm.weight_decay, c.model.dtype],
                # settings that change the warm start's float rounding (issue 44)
-               "kernels": [c.learner.attn_implementation, c.learner.micro_batch_tokens]}
+               "kernels": [c.learner.attn_implementation, c.learner.micro_batch_tokens,
+                           c.learner.reduce_once]}
     if c.learner.lora.rank:  # adapters are trained instead of the weights
         payload["lora"] = asdict(c.learner.lora)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -70,6 +70,21 @@ def shard_model(model: nn.Module, *, shard: bool = True, mixed_precision: str | 
     return model
 
 
+def reduce_after(models: list[nn.Module], micro: int, micros: int, once: bool) -> None:
+    """Before micro-batch ``micro`` (0-based) of ``micros`` backwards into one optimiser step:
+    with ``once`` (``learner.reduce_once``), FSDP2 reduce-scatters the gradients only in the last
+    one's backward, the earlier ones accumulating unsharded (in fp32, FSDP2's reduce dtype);
+    otherwise in every backward. Every rank runs the same micro-batches, so all agree. Models
+    without FSDP: nothing to do."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not once:
+        return
+    for m in models:
+        if isinstance(m, FSDPModule):
+            m.set_requires_gradient_sync(micro == micros - 1)
+
+
 @contextmanager
 def gathered(model: nn.Module, now: bool = False) -> Iterator[None]:
     """Keep an FSDP2 model's parameters gathered from here to the end of the block (a forward and

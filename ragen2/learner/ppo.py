@@ -29,7 +29,7 @@ from ragen2.batch import TrainingBatch
 from ragen2.learner.forward import (MaskFacts, Rows, between_steps, forward, host_tensors,
                                     micro_batches, prefix_plan, scales, tensors, to_device,
                                     train_mode)
-from ragen2.learner.fsdp import full_tensor
+from ragen2.learner.fsdp import full_tensor, reduce_after
 from ragen2.learner.microbatch import mini_batches
 from ragen2.learner.prefix import PrefixPlan
 from ragen2.learner.rank_state import RankState
@@ -312,8 +312,10 @@ def ppo_epochs(rank: RankState, batch: TrainingBatch, plan: list[tuple[np.ndarra
     norm_tokens = rank.settings.norm_tokens  # Dr.GRPO's constant (seq-mean-token-sum-norm)
     terms, steps = LossSums.zeros(rank.device), Steps()
     pairs = [(rank.trainable, rank.optim)]
+    models = [rank.model]
     if rank.critic is not None:
         pairs.append((list(rank.critic.parameters()), rank.critic_optim))
+        models.append(rank.critic)
     for _ in range(a.ppo_epochs):
         for mi, (mb, micros) in enumerate(plan):
             mm = LossSums.zeros(rank.device)  # this mini-batch's terms
@@ -339,6 +341,7 @@ def ppo_epochs(rank: RankState, batch: TrainingBatch, plan: list[tuple[np.ndarra
                     out = compute_loss(LossInputs(lp, c.old, c.adv, mask, entropy=ent,
                                                   ref_logprobs=c.ref, regulariser_weights=c.reg_w,
                                                   behaviour_weights=c.is_w, **counts), a)
+                    reduce_after(models, ui, len(micros), rank.cfg.learner.reduce_once)
                     (out.loss * (loss_scale * rank.world_size)).backward()
                     w = _f64(mask.sum())
                     mm.loss = mm.loss + _f64(out.loss)

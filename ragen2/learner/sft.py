@@ -21,6 +21,7 @@ from ragen2.batch import TrainingBatch
 from ragen2.learner.build import new_optimizer
 from ragen2.learner.forward import (MaskFacts, between_steps, host_tensors, micro_batches,
                                     to_device, train_mode)
+from ragen2.learner.fsdp import reduce_after
 from ragen2.learner.ppo import optimizer_step
 from ragen2.learner.rank_state import RankState
 
@@ -62,7 +63,8 @@ def _step(rank: RankState, batch: TrainingBatch,
     loss_sum = torch.zeros((), dtype=torch.float64, device=rank.device)
     correct = torch.zeros((), dtype=torch.float64, device=rank.device)
     with train_mode(rank), between_steps(rank):  # one all-gather a layer for the step
-        for micro in micro_batches(rank, batch, rows):
+        micros = micro_batches(rank, batch, rows)
+        for ui, micro in enumerate(micros):
             host = host_tensors(batch, micro, "input_ids", "attention_mask", "loss_mask")
             ids, attn, mask = (to_device(rank, t) for t in host)
             # rows padded on the right need no attention mask (MaskFacts.gapped): the loss reads
@@ -72,6 +74,7 @@ def _step(rank: RankState, batch: TrainingBatch,
             lp = logprobs_from_logits(logits, ids[:, 1:])
             mk = mask[:, 1:].float()
             loss = -(lp * mk).sum() / max(n_tok, 1.0)
+            reduce_after([rank.model], ui, len(micros), rank.cfg.learner.reduce_once)
             (loss * rank.world_size).backward()
             # float64 of a float32 value: exactly the Python float .item() gave
             loss_sum = loss_sum + loss.detach().to(torch.float64)

@@ -33,6 +33,7 @@ def test_the_key_follows_what_the_warm_started_weights_depend_on():
                # float rounding: another attention backward, another micro-batch partition
                replace(cfg, learner=replace(cfg.learner, attn_implementation="sdpa_fp32_backward")),
                replace(cfg, learner=replace(cfg.learner, micro_batch_tokens=4096)),
+               replace(cfg, learner=replace(cfg.learner, reduce_once=True)),  # one sum's order
                # the demonstrations are split over the workers, each noising with its own seed
                replace(cfg, rollout=replace(cfg.rollout, num_workers=2))]
     assert all(warm_start_key(c, "model", ENVS) != key for c in changed)

@@ -26,6 +26,9 @@ SCENARIOS = {
     # budget 20: in each mini-batch of 3 rows rank 0 needs two micro-batches and rank 1 has one
     # row, so rank 1 runs a dummy pass
     "tokens": ("learner.micro_batch_tokens=20",),
+    # the same, each optimiser step's gradients reduce-scattered once (after its second
+    # micro-batch), not after every micro-batch
+    "reduce_once": ("learner.micro_batch_tokens=20", "learner.reduce_once=true"),
     # groups sharing prompts (tests/learner/test_prefix.py): the two-pass forward on both ranks
     # (FSDP gathers and reduce-scatters in step), the same update as one pass per row
     "prefix": ("algorithm.kl_coef=0.1", "algorithm.ppo_mini_batches=1"),
@@ -93,13 +96,16 @@ def _scenarios(rank: int, path: str, rdv, calls: list) -> dict:
                 result["ref_is_merged"] = all(
                     torch.equal(full_tensor(v), merged[k]) for k, v in r.state.ref.state_dict().items()
                     if k in merged)
-            gathers = []
-            with counting_calls(torch.distributed, "all_gather_single", gathers):
+            gathers, reduces = [], []
+            with counting_calls(torch.distributed, "all_gather_single", gathers), \
+                    counting_calls(torch.distributed, "reduce_scatter_single", reduces):
                 m = r.update(batch(), step=1)
             result[name] = {"metrics": m, "weights": {k: v.clone() for k, v in r.named_weights()},
-                            "all_gathers": len(gathers),
+                            "all_gathers": len(gathers), "reduce_scatters": len(reduces),
                             "shared_forwards": len(calls), "logprobs": r.logprobs(PROBE_IDS),
                             "run": r.run(lambda rk, x: (rk.rank, rk.world_size, x), 7)}
+            if name in ("tokens", "reduce_once"):  # then a warm-start step of several micro-batches
+                result[name]["sft"] = r.sft_step(_batch(), np.arange(6), 1e-2)
         finally:
             r.shutdown()
     return result
@@ -127,8 +133,20 @@ def test_two_ranks(tiny_model_path, two_rank_results):
     # FSDP gathers the parameters once a block between optimiser steps (the no-grad passes, each
     # of the 2 mini-batches), each of its 5 groups (4 blocks and the root) with one all-gather,
     # not once a forward and again a backward
-    for name in ("rows", "tokens", "bf16"):
+    for name in ("rows", "tokens", "bf16", "reduce_once"):
         assert r0[name]["all_gathers"] == r1[name]["all_gathers"] == 5 * 3, name
+
+    # learner.reduce_once: the gradients of each of the 2 optimiser steps reduce-scattered once
+    # a group, not once a micro-batch (2 a step): the same update and warm-start step
+    tokens, once = r0["tokens"], r0["reduce_once"]
+    assert tokens["reduce_scatters"] == r1["tokens"]["reduce_scatters"] == 5 * 2 * 2
+    assert once["reduce_scatters"] == r1["reduce_once"]["reduce_scatters"] == 5 * 2
+    for key in ("actor/loss", "actor/grad_norm"):
+        assert once["metrics"][key] == pytest.approx(tokens["metrics"][key], rel=1e-5, abs=1e-7)
+    for key in ("warm_start/loss", "warm_start/grad_norm"):
+        assert once["sft"][key] == pytest.approx(tokens["sft"][key], rel=1e-5, abs=1e-7)
+    for k, v in tokens["weights"].items():
+        torch.testing.assert_close(once["weights"][k], v, rtol=0, atol=1e-5)
 
     rows, tokens = r0["rows"], r0["tokens"]
     for key in ("actor/loss", "actor/grad_norm"):
