@@ -21,7 +21,9 @@ learner, resident between updates (``learner.cpu_offload=true`` moves all of it 
   * reference ``4 P / W``: fp32 weights, only with ``algorithm.kl_coef > 0``
   * critic ``(4 + 8) P_c / W``: only with ``algorithm.adv_estimator=gae`` (PPO)
 learner, during the update, on top
-  * gradients ``4 P / W`` (and ``4 P_c / W``), fp32 (LoRA: none to speak of)
+  * gradients ``4 P / W`` (and ``4 P_c / W``), fp32 (LoRA: none to speak of); with
+    ``learner.reduce_once`` also the unsharded fp32 gradients a step accumulates before its one
+    reduce-scatter, ``4 P`` (and ``4 P_c``)
   * gathered weights ``b P``: FSDP2 un-shards the compute copy (``b`` = 2 bytes in bf16/fp16 mixed
     precision, 4 in fp32); with ``learner.shared_prefix`` (default) the whole model stays gathered
     through a micro-batch, without it two blocks at a time (``2 b P / L``)
@@ -225,6 +227,8 @@ def estimate_memory(cfg: Config, gpu_bytes: int, shape: Optional[ModelShape] = N
     update: dict[str, float] = {}
     if not offload:
         update["gradients"] = (0 if lora else 4 * p / w) + (4 * pc / w if critic else 0)
+    if lc.reduce_once:  # accumulated unsharded (fp32) until the step's one reduce-scatter
+        update["accumulated gradients"] = (0 if lora else 4 * p) + (4 * pc if critic else 0)
     gathered = compute_b * p if lc.shared_prefix else 2 * compute_b * p / shape.num_layers
     update["gathered weights"] = gathered
     if lc.micro_batch_tokens > 0:

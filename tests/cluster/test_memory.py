@@ -262,6 +262,20 @@ def test_logits_bytes_count_the_entropy_gradient():
     assert b.update_terms["logits"] == n * 151936 * 22
 
 
+def test_reducing_once_holds_the_unsharded_fp32_gradients():
+    """learner.reduce_once: a step's gradients accumulate unsharded in fp32 before its one
+    reduce-scatter, 4 P bytes on top of the sharded 4 P / W (LoRA: none to speak of)."""
+    base = ["+experiment=ragen2_sokoban_0.5b", "cluster=gpu_1", "algorithm=grpo"]  # no critic
+    off = estimate_memory(load_config(base + ["learner.reduce_once=false"]), H100_80GB)
+    on = estimate_memory(load_config(base + ["learner.reduce_once=true"]), H100_80GB)
+    assert "accumulated gradients" not in off.update_terms
+    assert on.update_terms["accumulated gradients"] == 4 * on.params
+    assert on.update_terms["gradients"] == off.update_terms["gradients"]
+    lora = estimate_memory(load_config(base + ["learner.reduce_once=true",
+                                               "learner.lora.rank=8"]), H100_80GB)
+    assert lora.update_terms["accumulated gradients"] == 0
+
+
 def test_the_mi_scorer_must_fit_beside_the_awake_engine():
     """Scoring (monitor, panel) happens before the engines sleep: the learner's resident state,
     its gathered weights and one slice beside vLLM's budget: score_tokens x V x (b + 8) bytes of
