@@ -54,10 +54,16 @@ PRESETS: dict[str, list[str]] = {
     # issue 14's default job, recorded with no overrides while it was the default (2026-12-01):
     # retired (RETIRED) since the defaults moved on
     "default": [],
-    # today's default job (issue 44, 2026-12-07): the settings it made the defaults, spelled out
-    # so that the label names the same job whatever the defaults become
+    # the default job of 2026-12-07 (issue 44): the settings it made the defaults, spelled out
+    # (retired since: RETIRED)
     "fast_v1": ["model.dtype=auto", "learner.micro_batch_tokens=8192",
                 "monitor.first_turn_panel=auto"],
+    # today's default job (issue 44, 2026-12-08): fast_v1's settings, the attention's backward in
+    # fp32 and the gradients reduced once an optimiser step, spelled out
+    "reduce_once_xeon": ["model.dtype=auto", "learner.micro_batch_tokens=8192",
+                         "monitor.first_turn_panel=auto",
+                         "learner.attn_implementation=sdpa_fp32_backward",
+                         "learner.reduce_once=true"],
     # issue 14's default job with its settings spelled out, measured again at fast_v1's commit
     # (the held-out split of ca16521 and later changes moved its figures since `default`'s runs)
     "issue14_job": ["model.dtype=float32", "learner.micro_batch_tokens=0",
@@ -72,13 +78,17 @@ PRESETS: dict[str, list[str]] = {
                     "filter=none"],
 }
 #: the label a run without --label measures: today's default job
-CURRENT = "fast_v1"
+CURRENT = "reduce_once_xeon"
 #: labels whose recorded overrides no longer make the job they measured (the defaults changed
 #: under them): reported and judged, never extended
 RETIRED = {"default": "issue 14's default job, recorded with no overrides before the defaults "
                       "changed on 2026-12-07 (issue 44); measure it again under another --label "
                       "with --set model.dtype=float32 learner.micro_batch_tokens=0 "
-                      "monitor.first_turn_panel=always"}
+                      "monitor.first_turn_panel=always",
+           "fast_v1": "the default job of 2026-12-07; the tiny recipe has since taken "
+                      "learner.attn_implementation=sdpa_fp32_backward and learner.reduce_once=true, "
+                      "which its recorded overrides do not set: measure it again under another "
+                      "--label with --set learner.attn_implementation=sdpa learner.reduce_once=false"}
 #: per-step metrics kept as the training curve
 CURVE_KEYS = ("rollout/success", "rollout/reward_mean", "rollout/format_error_rate",
               "rollout/in_group_reward_std", "actor/entropy", "eval/success", "timing/step_s",
