@@ -88,7 +88,11 @@ RETIRED = {"default": "issue 14's default job, recorded with no overrides before
            "fast_v1": "the default job of 2026-12-07; the tiny recipe has since taken "
                       "learner.attn_implementation=sdpa_fp32_backward and learner.reduce_once=true, "
                       "which its recorded overrides do not set: measure it again under another "
-                      "--label with --set learner.attn_implementation=sdpa learner.reduce_once=false"}
+                      "--label with --set learner.attn_implementation=sdpa learner.reduce_once=false",
+           **{label: "recorded before the tiny recipe took learner.reduce_once=true (2026-12-08), "
+                     "which its overrides do not set: measure it again under another --label "
+                     "with --set learner.reduce_once=false"
+              for label in ("fast_v1_xeon", "attn_bwd_xeon", "ws2_xeon")}}
 #: per-step metrics kept as the training curve
 CURVE_KEYS = ("rollout/success", "rollout/reward_mean", "rollout/format_error_rate",
               "rollout/in_group_reward_std", "actor/entropy", "eval/success", "timing/step_s",
