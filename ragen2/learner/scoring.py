@@ -172,9 +172,8 @@ def score_batched(model: torch.nn.Module,
     on a copy of its context's KV cache (``Cache.batch_select_indices``), with the context's
     padding masked and the positions continuing from its real length; on the CPU, for the models
     :func:`ragen2.learner.cascade.applies` to, each context's rows read its cache at once, without
-    the copies. The forwards are not
-    collective-safe: every rank must hold the FSDP parameters gathered
-    (:func:`ragen2.learner.fsdp.gathered`), since ranks run different numbers of them.
+    the copies. The forwards are not collective-safe: every rank must hold the FSDP parameters
+    gathered (:func:`ragen2.learner.fsdp.gathered`), since ranks run different numbers of them.
 
     Args:
         items: I pairs of a context (Lp_i >= 1 ids) and B_i continuations (lists of ids, possibly

@@ -135,13 +135,9 @@ def test_a_bf16_fsdp_rank_scores_by_the_cascade_what_the_generic_forward_scores(
     """The default job's scoring: the tiny model on a learner rank in ``model.dtype=bfloat16``
     (FSDP2 mixed precision, parameters gathered for the call): the cascade runs in bf16 and
     scores what the generic forward does, to bf16 rounding."""
-    from ragen2.controller import learner_settings
-    from ragen2.learner.rank import LearnerRank
-    from ragen2.train import load_config
+    from tests.learner.test_rank import _rank
 
-    cfg = load_config(["cluster.learner_world_size=1", "model.dtype=bfloat16"])
-    rank = LearnerRank(cfg, tiny_model_path, 0, 1, threads=1, settings=learner_settings(cfg))
-    rank.setup("127.0.0.1", 0)
+    rank = _rank(tiny_model_path, "model.dtype=bfloat16")  # one rank, no training run
     sharpened(rank.state.model)  # (its sharded fp32 parameters)
     rng, vocab = np.random.default_rng(0), rank.state.model.config.vocab_size
     contexts = [rng.integers(3, vocab, n).tolist() for n in (40, 25, 60)]
